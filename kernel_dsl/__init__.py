@@ -1,0 +1,30 @@
+"""kernel_dsl: write a tile kernel once in Python, run it on TPU, Trainium and GPU as a torch op.
+
+    import kernel_dsl as kd
+
+    @kd.tpu_kernel
+    def add(x, y):
+        out = torch.empty_like(x)
+        for t in kd.tile(x.shape[0]):
+            out[t] = x[t] + y[t]
+        return out
+"""
+from __future__ import annotations
+
+from .config import Config, ConfigSpace
+from .errors import (ArgumentError, BackendError, ConfigError, ControlFlowError, DTypeError,
+                     KernelError, KernelSyntaxError, LoopScopeError, ShapeError,
+                     UnsupportedOpError)
+from .ir import KernelIR
+from .ir_printer import print_ir
+from .kernel import Kernel, backend, kernel, tpu_kernel
+from .language import BlockSize, block_size, dot, full, specialize, tile, zeros
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentError", "BackendError", "BlockSize", "Config", "ConfigError", "ConfigSpace",
+    "ControlFlowError", "DTypeError", "Kernel", "KernelError", "KernelIR", "KernelSyntaxError",
+    "LoopScopeError", "ShapeError", "UnsupportedOpError", "backend", "block_size", "dot", "full",
+    "kernel", "print_ir", "specialize", "tile", "tpu_kernel", "zeros",
+]

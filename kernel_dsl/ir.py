@@ -1,0 +1,200 @@
+"""The tile IR: small, explicit and backend-neutral.
+
+A kernel is a list of tensor parameters (inputs and host-allocated outputs), a parallel grid
+of tiles, and one region of ops run per grid point. Sequential `kd.tile` loops inside the grid
+are `loop` ops with a body region and loop-carried values. Value shapes are written in tiles
+(one block of a tiled dimension, whose size a config fixes) and concrete ints, so one IR serves
+every config and every backend. Nothing here knows about any backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Union
+
+from .errors import SourceLoc
+
+# dtype names used in the IR; frontends and backends map them to their own types.
+FLOAT_DTYPES = ("f32", "bf16", "f16")
+INT_DTYPES = ("i32", "i16", "i8", "u8")
+ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+DTYPE_BITS = {"f32": 32, "bf16": 16, "f16": 16, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "bool": 8}
+
+UNARY_OPS = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not",
+             "relu", "sin", "cos", "erf")
+BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or")
+COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+REDUCE_OPS = ("sum", "max", "min")
+
+
+@dataclass(eq=False)
+class BlockSym:
+    """A block size: free (an autotuning knob) unless `pinned`."""
+
+    index: int
+    name: str | None = None
+    choices: tuple[int, ...] | None = None
+    pinned: int | None = None
+
+    @property
+    def free(self) -> bool:
+        return self.pinned is None
+
+    def __repr__(self) -> str:
+        return f"B{self.index}" + (f"({self.name})" if self.name else "")
+
+
+@dataclass(eq=False)
+class TileVar:
+    """One dimension of a `kd.tile` loop: `extent` elements walked in blocks of `block`."""
+
+    id: int
+    extent: int
+    block: BlockSym
+    kind: str  # "grid" (parallel launch axis) or "loop" (sequential, inside the kernel)
+    loc: SourceLoc | None = None
+
+    def __repr__(self) -> str:
+        return f"t{self.id}"
+
+
+Dim = Union[int, TileVar]
+
+
+@dataclass(eq=False)
+class TensorParam:
+    """A tensor in HBM: a kernel argument or an output the host code allocated."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool = False
+    init: float | None = None  # outputs made with torch.zeros/full start with this value
+    arg_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Index:
+    """One entry of a tensor subscript: a tile, `:` (the whole axis) or an int."""
+
+    kind: str  # "tile" | "full" | "int"
+    tile: TileVar | None = None
+    value: int = 0
+
+    def __repr__(self) -> str:
+        if self.kind == "tile":
+            return repr(self.tile)
+        return ":" if self.kind == "full" else str(self.value)
+
+
+@dataclass(eq=False)
+class Value:
+    id: int
+    shape: tuple[Dim, ...]
+    dtype: str
+    op: "Op | None" = None  # None for loop-carried block arguments
+    region: "Region | None" = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"%{self.id}"
+
+
+@dataclass(eq=False)
+class Op:
+    kind: str
+    operands: list[Value]
+    attrs: dict[str, Any]
+    results: list[Value] = field(default_factory=list)
+    loc: SourceLoc | None = None
+    body: "Region | None" = None  # only for `loop`
+
+    @property
+    def result(self) -> Value:
+        return self.results[0]
+
+
+@dataclass(eq=False)
+class Region:
+    """An ordered list of ops; loop bodies also have block args (carried) and yields."""
+
+    parent: "Region | None" = None
+    ops: list[Op] = field(default_factory=list)
+    args: list[Value] = field(default_factory=list)
+    yields: list[Value] = field(default_factory=list)
+
+    def encloses(self, other: "Region | None") -> bool:
+        """True if `other` is this region or nested inside it."""
+        while other is not None:
+            if other is self:
+                return True
+            other = other.parent
+        return False
+
+    def walk(self) -> Iterator[Op]:
+        for op in self.ops:
+            yield op
+            if op.body is not None:
+                yield from op.body.walk()
+
+
+@dataclass(eq=False)
+class KernelIR:
+    name: str
+    params: list[TensorParam]
+    grid: list[TileVar]
+    body: Region
+    block_syms: list[BlockSym]
+    tiles: list[TileVar]
+    returns: list[TensorParam]
+    loc: SourceLoc | None = None
+
+    @property
+    def inputs(self) -> list[TensorParam]:
+        return [p for p in self.params if not p.is_output]
+
+    @property
+    def outputs(self) -> list[TensorParam]:
+        return [p for p in self.params if p.is_output]
+
+    @property
+    def free_syms(self) -> list[BlockSym]:
+        return [s for s in self.block_syms if s.free]
+
+    def loops(self) -> list[Op]:
+        return [op for op in self.body.walk() if op.kind == "loop"]
+
+    def fingerprint(self) -> str:
+        """A stable hash of the printed IR: same kernel, shapes and dtypes give the same key."""
+        import hashlib
+
+        from .ir_printer import print_ir
+
+        return hashlib.sha256(print_ir(self, locs=False).encode()).hexdigest()[:16]
+
+
+def broadcast_shapes(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+    """Numpy broadcasting over dims that are ints or tiles; None if they do not broadcast."""
+    out: list[Dim] = []
+    for i in range(max(len(a), len(b))):
+        da = a[len(a) - 1 - i] if i < len(a) else 1
+        db = b[len(b) - 1 - i] if i < len(b) else 1
+        if da is db or da == db:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        elif db == 1:
+            out.append(da)
+        else:
+            return None
+    return tuple(reversed(out))
+
+
+def dim_str(d: Dim) -> str:
+    return f"{d!r}" if isinstance(d, TileVar) else str(d)
+
+
+def shape_str(shape: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join(dim_str(d) for d in shape) + "]"

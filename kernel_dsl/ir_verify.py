@@ -1,0 +1,90 @@
+"""Checks the tile IR's invariants. A failure here is a kernel_dsl bug, never the user's."""
+from __future__ import annotations
+
+from .errors import IRVerificationError
+from .ir import (ALL_DTYPES, BINARY_OPS, COMPARE_OPS, REDUCE_OPS, UNARY_OPS, KernelIR, Op,
+                 Region, TileVar, Value, broadcast_shapes)
+
+
+def _fail(op: Op | None, msg: str) -> None:
+    raise IRVerificationError(f"invalid tile IR: {msg}", op.loc if op else None,
+                              "this is a kernel_dsl bug; please report it with the kernel")
+
+
+def _check_value(v: Value, defined: set[int], op: Op) -> None:
+    if v.id not in defined:
+        _fail(op, f"{v!r} is used by `{op.kind}` but not defined before it in an enclosing region")
+
+
+def _check_op(op: Op, defined: set[int]) -> None:
+    for v in op.operands:
+        _check_value(v, defined, op)
+    k = op.kind
+    for r in op.results:
+        if r.dtype not in ALL_DTYPES:
+            _fail(op, f"{r!r} has unknown dtype {r.dtype}")
+    if k in UNARY_OPS or k == "cast" or k == "pad_fill":
+        if op.result.shape != op.operands[0].shape:
+            _fail(op, f"`{k}` changes shape")
+    elif k in BINARY_OPS or k in COMPARE_OPS or k == "where":
+        shape: tuple | None = op.operands[0].shape
+        for v in op.operands[1:]:
+            shape = broadcast_shapes(shape, v.shape) if shape is not None else None
+        if shape != op.result.shape:
+            _fail(op, f"`{k}` operands do not broadcast to its result shape")
+        if k in COMPARE_OPS and op.result.dtype != "bool":
+            _fail(op, "comparison must give bool")
+    elif k == "reduce":
+        if op.attrs["op"] not in REDUCE_OPS:
+            _fail(op, f"unknown reduction {op.attrs['op']}")
+        if not 0 <= op.attrs["axis"] < op.operands[0].rank:
+            _fail(op, "reduction axis out of range")
+    elif k == "dot":
+        a, b = op.operands[:2]
+        if a.rank < 2 or a.rank != b.rank or a.shape[-1] is not b.shape[-2] and a.shape[-1] != b.shape[-2]:
+            _fail(op, "dot operands do not contract")
+        if len(op.operands) == 3 and op.operands[2].dtype != op.result.dtype:
+            _fail(op, "dot accumulator dtype differs from its result")
+    elif k in ("load", "store"):
+        t = op.attrs["tensor"]
+        if len(op.attrs["index"]) != len(t.shape):
+            _fail(op, f"`{k}` of {t.name} has {len(op.attrs['index'])} indices for rank {len(t.shape)}")
+        for ix, n in zip(op.attrs["index"], t.shape):
+            if ix.kind == "tile" and ix.tile.extent != n:
+                _fail(op, f"tile {ix.tile!r} over {ix.tile.extent} indexes an axis of {n}")
+    elif k == "loop":
+        body = op.body
+        if body is None or len(body.args) != len(op.operands) or len(body.yields) != len(op.operands):
+            _fail(op, "loop carried values, block args and yields differ in number")
+        for init, arg, res in zip(op.operands, body.args, op.results):
+            if (init.shape, init.dtype) != (arg.shape, arg.dtype) != (res.shape, res.dtype):
+                _fail(op, "loop-carried value changes type")
+    elif k not in ("const", "full", "iota", "tile_begin", "tile_id", "tile_count", "cast",
+                   "expand_dims", "transpose"):
+        _fail(op, f"unknown op `{k}`")
+
+
+def _verify_region(region: Region, defined: set[int]) -> None:
+    scope = set(defined)
+    scope.update(a.id for a in region.args)
+    for op in region.ops:
+        _check_op(op, scope)
+        if op.body is not None:
+            _verify_region(op.body, scope)
+            for v, arg in zip(op.body.yields, op.body.args):
+                if (v.shape, v.dtype) != (arg.shape, arg.dtype):
+                    _fail(op, f"loop yields {v!r} whose type differs from its carried value")
+        scope.update(r.id for r in op.results)
+    for y in region.yields:
+        if y.id not in scope:
+            _fail(None, f"{y!r} yielded but not defined in the loop body")
+
+
+def verify(ir: KernelIR) -> None:
+    for t in ir.grid:
+        if t.kind != "grid":
+            _fail(None, f"grid tile {t!r} is not marked grid")
+    for t in ir.tiles:
+        if not isinstance(t, TileVar) or t.block not in ir.block_syms:
+            _fail(None, f"tile {t!r} uses an unknown block size")
+    _verify_region(ir.body, set())

@@ -1,0 +1,246 @@
+"""`@kd.tpu_kernel`: the kernel object, its specializations and its compiled-kernel cache."""
+from __future__ import annotations
+
+import inspect
+import os
+import traceback
+from typing import Any, Callable
+
+import torch
+
+from . import dtypes, lowering
+from .config import Config, ConfigSpace
+from .errors import ArgumentError, DTypeError, KernelError, KernelSyntaxError, SourceLoc
+from .ir import KernelIR
+from .ir_verify import verify
+from .trace_mode import TraceMode
+from .torch_ops import make_ops
+from .tracing import _PKG_DIR, _TORCH_DIR, ShapeOnly, Tracer, run_traced, user_loc
+
+_backend_stack: list[str] = []  # `with kd.backend(...)`; a plain global so Dynamo can read it
+_ENV_BACKEND = os.environ.get("KD_BACKEND")
+_SCALARS = (int, float, bool)
+
+
+class backend:
+    """`with kd.backend("nki"):` runs kernels on CPU through that backend's CPU path."""
+
+    def __init__(self, name: str):
+        lowering.get(name)  # unknown names fail here, at the user's `with` line
+        self.name = name
+
+    def __enter__(self) -> "backend":
+        _backend_stack.append(self.name)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _backend_stack.pop()
+
+
+def _arg_kind(p: inspect.Parameter) -> str:
+    ann = p.annotation
+    if isinstance(ann, str):
+        ann = {"int": int, "float": float, "bool": bool}.get(ann, ann)
+    if ann in _SCALARS:
+        return ann.__name__
+    if ann is inspect.Parameter.empty and isinstance(p.default, _SCALARS):
+        return type(p.default).__name__
+    return "Tensor"
+
+
+def _foreign_error_loc(exc: BaseException) -> SourceLoc | None:
+    """The innermost user frame of a traceback (not kernel_dsl, not torch)."""
+    loc = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if not (fs.filename.startswith(_PKG_DIR) or fs.filename.startswith(_TORCH_DIR)):
+            loc = SourceLoc(fs.filename, fs.lineno or 0, fs.line or "")
+    return loc
+
+
+class Kernel:
+    """A traced, specialized, compiled and cached tile kernel; callable like a torch function."""
+
+    def __init__(self, fn: Callable[..., Any], *, config: Config | None = None,
+                 configs: list[Config] | None = None, backend: str | None = None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self.signature = inspect.signature(fn)
+        self.params = list(self.signature.parameters.values())
+        for p in self.params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+                raise KernelSyntaxError(f"kernel `{self.name}` parameter `{p.name}` is "
+                                        f"{p.kind.description}", user_loc(),
+                                        "kernel parameters are plain positional arguments")
+        self.kinds = [_arg_kind(p) for p in self.params]
+        self.config = config if config is not None else (configs[0] if configs else None)
+        self.configs_given = list(configs or [])
+        self.default_backend = backend
+        self.stats = {"traces": 0, "renders": 0, "compiles": 0}
+        self._irs: dict[tuple[Any, ...], KernelIR] = {}
+        self._compiled: dict[tuple[Any, ...], Callable[..., tuple[torch.Tensor, ...]]] = {}
+        self._ops = make_ops(self)
+
+    # -- the call path (kept small: Dynamo traces it, eager calls pay for it) -------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != len(self.params):
+            args = self._bind(args, kwargs)
+        outs = self._ops.route(args)(*args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def backend_name(self) -> str:
+        if _backend_stack:
+            return _backend_stack[-1]
+        return self.default_backend or _ENV_BACKEND or "pallas"
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise ArgumentError(f"{self.name}(): {e}", user_loc(),
+                                f"call it as {self.name}{self.signature}") from None
+        bound.apply_defaults()
+        return tuple(bound.args)
+
+    # -- specialization --------------------------------------------------------------------------
+    def _validate(self, args: tuple[Any, ...]) -> None:
+        loc = user_loc()
+        if len(args) != len(self.params):
+            raise ArgumentError(f"{self.name}() takes {len(self.params)} arguments, got "
+                                f"{len(args)}", loc, f"call it as {self.name}{self.signature}")
+        device = None
+        for p, kind, a in zip(self.params, self.kinds, args):
+            if kind == "Tensor":
+                if not isinstance(a, torch.Tensor):
+                    raise ArgumentError(f"argument `{p.name}` must be a torch.Tensor, got "
+                                        f"{type(a).__name__}", loc)
+                if dtypes.to_ir(a.dtype) is None:
+                    raise DTypeError(f"argument `{p.name}` has dtype {a.dtype}", loc,
+                                     dtypes.unsupported_reason(a.dtype))
+                if a.dim() == 0 or a.numel() == 0:
+                    raise ArgumentError(f"argument `{p.name}` has shape {list(a.shape)}", loc,
+                                        "kernels take tensors with at least one dim and one element")
+                if device is not None and a.device != device:
+                    raise ArgumentError(f"argument `{p.name}` is on {a.device}, earlier ones on "
+                                        f"{device}", loc, "move all tensor arguments to one device")
+                device = a.device
+            elif not isinstance(a, _SCALARS):
+                raise ArgumentError(f"argument `{p.name}` must be {kind}, got {type(a).__name__}",
+                                    loc)
+
+    @staticmethod
+    def arg_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
+                     for a in args)
+
+    def ir(self, *args: Any) -> KernelIR:
+        """The tile IR of this kernel specialized to `args` (shapes, dtypes, scalar values)."""
+        args = self._bind(args, {}) if len(args) != len(self.params) else args
+        key = self.arg_key(args)
+        ir = self._irs.get(key)
+        if ir is None:
+            self._validate(args)
+            ir = self._trace(args)
+            self._irs[key] = ir
+        return ir
+
+    def _trace(self, args: tuple[Any, ...]) -> KernelIR:
+        self.stats["traces"] += 1
+        tracer = Tracer(self.name)
+        call_args: list[Any] = []
+        for i, (p, a) in enumerate(zip(self.params, args)):
+            if isinstance(a, torch.Tensor):
+                meta = torch.empty(tuple(a.shape), dtype=a.dtype, device="meta")
+                tracer.add_param(meta, p.name, dtypes.TORCH_TO_IR[a.dtype], False, arg_index=i)
+                call_args.append(meta)
+            else:
+                call_args.append(a)
+        try:
+            returned = run_traced(self.fn, tracer, call_args, TraceMode(tracer))
+        except KernelError:
+            raise
+        except Exception as e:  # the user's host code failed on these arguments
+            shapes = ", ".join(f"{p.name}: {list(a.shape)} {a.dtype}" if isinstance(a, torch.Tensor)
+                               else f"{p.name}={a!r}" for p, a in zip(self.params, args))
+            raise KernelSyntaxError(f"{type(e).__name__}: {e}", _foreign_error_loc(e),
+                                    f"this line failed while tracing `{self.name}` for {shapes}; "
+                                    "check the arguments' ranks and shapes") from e
+        ir = tracer.finish(returned, None)
+        verify(ir)
+        return ir
+
+    # -- rendering and compiling -----------------------------------------------------------------
+    def _config_for(self, ir: KernelIR, backend_name: str, target: str,
+                    config: Config | None) -> Config:
+        if config is not None:
+            return config
+        if self.config is not None:
+            return self.config
+        return lowering.get(backend_name).default_config(ir, target)
+
+    def generated(self, *args: Any, backend: str | None = None, config: Config | None = None,
+                  target: str | None = None) -> lowering.Generated:
+        be = lowering.get(backend or self.backend_name())
+        ir = self.ir(*args)
+        tgt = target or be.cpu_target
+        self.stats["renders"] += 1
+        return be.render(ir, self._config_for(ir, be.name, tgt, config), tgt)
+
+    def source(self, *args: Any, backend: str | None = None, config: Config | None = None,
+               target: str | None = None) -> str:
+        """Generated source (readable, standalone) for these arguments."""
+        return self.generated(*args, backend=backend, config=config, target=target).source
+
+    def configs(self, *args: Any, backend: str | None = None, target: str | None = None) -> ConfigSpace:
+        be = lowering.get(backend or self.backend_name())
+        return be.config_space(self.ir(*args), target or be.cpu_target)
+
+    def default_config(self, *args: Any, backend: str | None = None) -> Config:
+        be = lowering.get(backend or self.backend_name())
+        return be.default_config(self.ir(*args), be.cpu_target)
+
+    def compiled(self, backend_name: str, args: tuple[Any, ...],
+                 config: Config | None = None) -> Callable[..., tuple[torch.Tensor, ...]]:
+        """The CPU runner for these arguments, built once per (backend, shapes, dtypes, config)."""
+        key = (backend_name, config) + self.arg_key(args)
+        fn = self._compiled.get(key)
+        if fn is None:
+            be = lowering.get(backend_name)
+            ir = self.ir(*args)
+            gen = be.render(ir, self._config_for(ir, be.name, be.cpu_target, config), be.cpu_target)
+            self.stats["renders"] += 1
+            fn = be.compile(gen, ir)
+            self.stats["compiles"] += 1
+            self._compiled[key] = fn
+        return fn
+
+    def run_cpu(self, backend_name: str, args: tuple[Any, ...],
+                config: Config | None = None) -> list[torch.Tensor]:
+        """Runs on CPU tensors; the body of the CPU custom ops."""
+        fn = self._compiled.get((backend_name, config) + self.arg_key(args))
+        if fn is None:
+            fn = self.compiled(backend_name, args, config)
+        tensors = [a if a.is_contiguous() else a.contiguous()
+                   for a in args if isinstance(a, torch.Tensor)]
+        return list(fn(*tensors))
+
+    def shapes_only(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
+        """Runs the host code with `kd.tile` loops skipped: the outputs' metadata (the fake)."""
+        with ShapeOnly():
+            out = self.fn(*args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def __repr__(self) -> str:
+        return f"<kd.kernel {self.name} from {inspect.getsourcefile(self.fn)}>"
+
+
+def tpu_kernel(fn: Callable[..., Any] | None = None, *, config: Config | None = None,
+               configs: list[Config] | None = None, backend: str | None = None) -> Any:
+    """Decorator: `@kd.tpu_kernel` or `@kd.tpu_kernel(config=kd.Config(...))`."""
+    if fn is None:
+        return lambda f: Kernel(f, config=config, configs=configs, backend=backend)
+    return Kernel(fn, config=config, configs=configs, backend=backend)
+
+
+kernel = tpu_kernel

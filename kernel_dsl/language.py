@@ -1,0 +1,203 @@
+"""The kernel language's public functions: `kd.tile`, `kd.block_size`, `kd.zeros`, ..."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterator
+
+import torch
+
+from . import device_ops
+from .device_ops import Tile, TileValue
+from .errors import KernelSyntaxError, LoopScopeError
+from .ir import BlockSym, Op, Region, Value
+from .tracing import Tracer, current, replace_uses, shape_only, user_loc, write_frame_locals
+
+
+class BlockSize:
+    """A block-size knob declared with `kd.block_size(name)`, shared by several `kd.tile`s."""
+
+    def __init__(self, sym: BlockSym | None, name: str):
+        self.sym = sym
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"kd.block_size({self.name!r})"
+
+
+def block_size(name: str, choices: list[int] | tuple[int, ...] | None = None) -> BlockSize:
+    """Declares a named block size; pass it as `block_size=` to every `kd.tile` that shares it."""
+    tr = current()
+    if tr is None:
+        return BlockSize(None, name)
+    if tr.region is not None:
+        raise KernelSyntaxError("`kd.block_size` is host code", user_loc(),
+                                "declare it before the `kd.tile` loops")
+    return BlockSize(tr.block_sym(name, tuple(choices) if choices else None), name)
+
+
+def specialize(n: Any) -> int:
+    """Makes a size a compile-time constant (sizes are already specialized per shape)."""
+    return int(n)
+
+
+def _sym_for(tr: Tracer, bs: Any, loc: Any) -> BlockSym:
+    if bs is None:
+        return tr.block_sym()
+    if isinstance(bs, BlockSize):
+        if bs.sym is None:
+            raise KernelSyntaxError("`kd.block_size` was declared outside the kernel", loc,
+                                    "call `kd.block_size(...)` in the kernel's host code")
+        return bs.sym
+    if isinstance(bs, int) and not isinstance(bs, bool) and bs >= 1:
+        return tr.block_sym(pinned=bs)
+    raise KernelSyntaxError(f"block_size={bs!r} is not a positive int, None or kd.block_size(...)",
+                            loc, "pin with an int (`block_size=64`) or leave it free (None)")
+
+
+class TileLoop:
+    """`for t in kd.tile(...)`: runs its body exactly once, recording it as a region."""
+
+    def __init__(self, tr: Tracer, sizes: list[int], block_sizes: list[Any], multi: bool):
+        self.tr = tr
+        self.sizes = sizes
+        self.block_sizes = block_sizes
+        self.multi = multi
+        self.step = 0
+        self.loc = user_loc()
+        self.before: dict[str, Any] = {}
+        self.op: Op | None = None
+        self.parent: Region | None = None
+
+    def __iter__(self) -> "TileLoop":
+        return self
+
+    def __next__(self) -> Any:
+        frame = sys._getframe(1)
+        self.step += 1
+        if self.step == 1:
+            return self._enter(frame)
+        if self.step == 2:
+            self._exit(frame)
+        raise StopIteration
+
+    def _enter(self, frame: Any) -> Any:
+        tr, loc = self.tr, self.loc
+        if tr.region is None:
+            if tr.grid_done:
+                raise KernelSyntaxError(
+                    "a kernel has one outermost `kd.tile` loop (the launch grid)", loc,
+                    "merge the loops, or write a second kernel")
+            syms = [_sym_for(tr, b, loc) for b in self.block_sizes]
+            vars_ = [tr.new_tile(n, s, "grid", loc) for n, s in zip(self.sizes, syms)]
+            tr.grid = vars_
+            tr.region = tr.body
+            tiles = [Tile(v, tr.body) for v in vars_]
+            return tuple(tiles) if self.multi else tiles[0]
+        if len(self.sizes) != 1:
+            raise KernelSyntaxError("a nested `kd.tile` loop over several sizes", loc,
+                                    "nest one `for t in kd.tile(n)` loop per size")
+        var = tr.new_tile(self.sizes[0], _sym_for(tr, self.block_sizes[0], loc), "loop", loc)
+        self.parent = tr.region
+        body = Region(parent=self.parent)
+        self.op = Op("loop", [], {"tile": var}, [], loc, body)
+        self.parent.ops.append(self.op)
+        self.before = dict(frame.f_locals)
+        tr.region = body
+        tile = Tile(var, body)
+        return (tile,) if self.multi else tile
+
+    def _exit(self, frame: Any) -> None:
+        tr = self.tr
+        if self.op is None:  # the grid loop ends: back to host code
+            tr.region = None
+            tr.grid_done = True
+            return
+        body = self.op.body
+        assert body is not None and self.parent is not None
+        after = frame.f_locals
+        carried: list[tuple[str, Value, Value]] = []
+        for name, old in self.before.items():
+            new = after.get(name, old)
+            if new is old:
+                continue
+            if isinstance(old, TileValue) and not (
+                    old.v.region is None or old.v.region.encloses(self.parent)):
+                continue  # a stale value from an earlier, finished loop: just a new local here
+            if isinstance(old, TileValue) and isinstance(new, TileValue):
+                carried.append((name, old.v, new.v))
+            elif isinstance(old, TileValue) or (isinstance(old, (int, float)) and
+                                                not isinstance(new, (Tile, tuple))):
+                raise LoopScopeError(
+                    f"variable `{name}` is rebound inside a `kd.tile` loop to a "
+                    f"{type(new).__name__}", self.loc,
+                    "the loop body is traced once: carried values must stay tiles of the same "
+                    "shape and dtype (Python counters do not count iterations)")
+        seen: dict[int, str] = {}
+        updates: dict[str, Any] = {}
+        for name, old, new in carried:
+            if old.id in seen:
+                raise LoopScopeError(
+                    f"`{seen[old.id]}` and `{name}` start the loop as the same value and both "
+                    "change in it", self.loc, "initialize each carried variable separately")
+            seen[old.id] = name
+            if (old.shape, old.dtype) != (new.shape, new.dtype):
+                from .ir import shape_str
+                raise LoopScopeError(
+                    f"loop-carried `{name}` is {old.dtype}{shape_str(old.shape)} before the "
+                    f"loop but {new.dtype}{shape_str(new.shape)} after one iteration", self.loc,
+                    f"create `{name}` before the loop with the shape and dtype it has inside "
+                    "(e.g. `kd.zeros([tm, tn], dtype=torch.float32)`), or cast with .to()")
+            arg = tr.new_value(old.shape, old.dtype, None, body)
+            replace_uses(body, old, arg)
+            body.args.append(arg)
+            self.op.operands.append(old)
+            result = tr.new_value(old.shape, old.dtype, self.op, self.parent)
+            self.op.results.append(result)
+            updates[name] = TileValue(result)
+        # yields are read after all replacements so a swap `a, b = b, a` sees the block args
+        body.yields = [after[name].v for name, _, _ in carried]
+        for i, (name, old, new) in enumerate(carried):
+            for _, old2, _ in carried:
+                if body.yields[i] is old2:
+                    body.yields[i] = body.args[[c[1] for c in carried].index(old2)]
+        tr.region = self.parent
+        write_frame_locals(frame, updates)
+
+
+def tile(sizes: Any, block_size: Any = None) -> Iterator[Any]:
+    """Tiles `sizes` (an int or a list of ints). The outermost loop is the launch grid."""
+    multi = isinstance(sizes, (list, tuple))
+    size_list = list(sizes) if multi else [sizes]
+    if shape_only():
+        return iter(())
+    tr = current()
+    loc = user_loc()
+    if tr is None:
+        raise KernelSyntaxError("`kd.tile` is used outside a kernel", loc,
+                                "decorate the function with `@kd.kernel`")
+    if isinstance(block_size, (list, tuple)):
+        bs = list(block_size)
+        if len(bs) != len(size_list):
+            raise KernelSyntaxError(f"{len(bs)} block sizes for {len(size_list)} tiled sizes", loc,
+                                    "give one block size (or None) per size")
+    else:
+        bs = [block_size] * len(size_list)
+    for n in size_list:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise KernelSyntaxError(f"`kd.tile` size {n!r} is not a positive int", loc,
+                                    "tile sizes read from `.shape` (empty tensors are not supported)")
+    return TileLoop(tr, size_list, bs, multi)
+
+
+def zeros(shape: Any, dtype: torch.dtype = torch.float32) -> TileValue:
+    """A tile of zeros, e.g. an accumulator `kd.zeros([tm, tn], dtype=torch.float32)`."""
+    return device_ops.full(shape, 0, dtype)
+
+
+def full(shape: Any, value: float, dtype: torch.dtype = torch.float32) -> TileValue:
+    return device_ops.full(shape, value, dtype)
+
+
+def dot(a: Any, b: Any, acc: Any = None) -> TileValue:
+    """Matrix product on the matrix unit with f32 accumulation; `acc` keeps the f32 sum."""
+    return device_ops.dot(a, b, acc)

@@ -1,0 +1,87 @@
+"""Each kernel as `torch.library` custom ops: one per backend family, one shared fake.
+
+The schema is fixed at decoration (tensor and scalar parameters in, `Tensor[]` out), so the ops
+exist before any call and `torch.compile` sees them without a graph break. A plain Python branch
+on the input device picks the op (notes/torch.md).
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Callable
+
+import torch
+
+from . import lowering
+from .errors import ArgumentError
+from .tracing import user_loc
+
+_SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool"}
+_used_names: set[str] = set()
+
+
+def _unique(name: str) -> str:
+    base = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    out, i = base, 1
+    while out in _used_names:
+        i += 1
+        out = f"{base}_{i}"
+    _used_names.add(out)
+    return out
+
+
+def torch_tpu_available() -> bool:
+    """Google's TorchTPU (another, unrelated package is also called torch_tpu)."""
+    try:
+        return importlib.util.find_spec("torch_tpu._internal.pallas") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+class KernelOps:
+    """The custom ops of one kernel and the router between them."""
+
+    def __init__(self, kernel: Any):
+        self.kernel = kernel
+        self.base = _unique(kernel.name)
+        params = ", ".join(f"{_SCHEMA_TYPES[k]} {p.name}" for p, k in zip(kernel.params, kernel.kinds))
+        self.schema = f"({params}) -> Tensor[]"
+        self.first_tensor = next((i for i, k in enumerate(kernel.kinds) if k == "Tensor"), None)
+        if self.first_tensor is None:
+            raise ArgumentError(f"kernel `{kernel.name}` has no tensor parameter", user_loc(),
+                                "annotate tensor parameters with `torch.Tensor`")
+        self.cpu = {name: self._cpu_op(name) for name in lowering.names()}
+        self.tpu: Any = None
+
+    def _fake(self, *args: Any) -> list[torch.Tensor]:
+        return self.kernel.shapes_only(args)
+
+    def _cpu_op(self, backend_name: str) -> Any:
+        kernel = self.kernel
+
+        def impl(*args: Any) -> list[torch.Tensor]:
+            return kernel.run_cpu(backend_name, args)
+
+        op = torch.library.custom_op(f"kernel_dsl::{self.base}_{backend_name}", impl,
+                                     mutates_args=(), device_types="cpu", schema=self.schema)
+        op.register_fake(self._fake)
+        return op
+
+    def route(self, args: tuple[Any, ...]) -> Callable[..., list[torch.Tensor]]:
+        dev = args[self.first_tensor].device.type
+        if dev == "cpu":
+            return self.cpu[self.kernel.backend_name()]
+        if dev == "tpu":
+            return self.tpu_op()
+        raise ArgumentError(f"kernel `{self.kernel.name}` got tensors on device `{dev}`",
+                            user_loc(), "supported devices: cpu, and tpu through TorchTPU")
+
+    def tpu_op(self) -> Any:
+        if self.tpu is None:
+            from .tpu_adapter import make_tpu_op  # only where TorchTPU is installed
+
+            self.tpu = make_tpu_op(self)
+        return self.tpu
+
+
+def make_ops(kernel: Any) -> KernelOps:
+    return KernelOps(kernel)

@@ -1,0 +1,160 @@
+"""The torch-function mode active while a kernel is traced: host-code rules, loads and stores."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from . import dtypes
+from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v, dispatch
+from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError
+from .ir import Dim, Index, TensorParam, shape_str
+from .tracing import Tracer, assigned_name, user_loc
+
+_ALLOC_INIT = {
+    torch.empty: None, torch.zeros: 0.0, torch.ones: 1.0, torch.full: "fill",
+    torch.empty_like: None, torch.zeros_like: 0.0, torch.ones_like: 1.0, torch.full_like: "fill",
+    torch.Tensor.new_empty: None, torch.Tensor.new_zeros: 0.0, torch.Tensor.new_ones: 1.0,
+    torch.Tensor.new_full: "fill",
+}
+# metadata reads that host code may do on (meta) tensors
+_HOST_OK = {"size", "dim", "stride", "numel", "is_contiguous", "__len__", "__format__",
+            "__repr__", "element_size", "nelement", "get_device", "__hash__"}
+
+
+class TraceMode(TorchFunctionMode):
+    def __init__(self, tracer: Tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.__getitem__:
+            return self._getitem(args[0], args[1])
+        if func is torch.Tensor.__setitem__:
+            return self._setitem(args[0], args[1], args[2])
+        flat, _ = tree_flatten((args, kwargs))
+        if any(isinstance(a, (TileValue, Tile)) for a in flat):
+            return dispatch(func, args, kwargs)
+        if func in _ALLOC_INIT:
+            return self._alloc(func, args, kwargs)
+        name = getattr(func, "__name__", "")
+        if name == "__get__" or name in _HOST_OK:
+            return func(*args, **kwargs)
+        raise KernelSyntaxError(
+            f"`{name or func}` computes on tensor data in host code", user_loc(),
+            "host code may only read shapes/dtypes and allocate outputs (torch.empty, "
+            "torch.zeros, *_like); compute on tiles inside a `kd.tile` loop")
+
+    # -- outputs -------------------------------------------------------------------------------
+    def _alloc(self, func: Any, args: Any, kwargs: dict[str, Any]) -> torch.Tensor:
+        tr = self.tracer
+        loc = user_loc()
+        if tr.region is not None:
+            raise KernelSyntaxError(
+                f"`{func.__name__}` allocates a tensor inside a `kd.tile` loop", loc,
+                "allocate outputs in host code before the loop; for a tile use "
+                "`kd.zeros([tm, tn], dtype=...)`")
+        init = _ALLOC_INIT[func]
+        if init == "fill":
+            fill = kwargs.get("fill_value", args[-1] if args else None)
+            init = float(fill) if isinstance(fill, (int, float)) else None
+        kwargs = dict(kwargs, device="meta")
+        meta = func(*args, **kwargs)
+        dt = dtypes.to_ir(meta.dtype)
+        if dt is None:
+            raise DTypeError(f"output dtype {meta.dtype} is not supported", loc,
+                             dtypes.unsupported_reason(meta.dtype))
+        name = assigned_name(loc, f"out{len(tr.params)}")
+        if any(p.name == name for p in tr.params):
+            name = f"{name}{len(tr.params)}"
+        tr.add_param(meta, name, dt, is_output=True, init=init)
+        return meta
+
+    # -- loads and stores -------------------------------------------------------------------------
+    def _param(self, t: Any, what: str) -> TensorParam:
+        p = self.tracer.param(t) if isinstance(t, torch.Tensor) else None
+        if p is None:
+            raise KernelSyntaxError(
+                f"{what} a tensor that is not a kernel argument or an allocated output",
+                user_loc(), "index the kernel's arguments and outputs directly; views made in "
+                "host code (x.T, x.view(...)) are not supported yet")
+        return p
+
+    def _index(self, p: TensorParam, idx: Any) -> tuple[tuple[Index, ...], tuple[Dim, ...]]:
+        loc = user_loc()
+        items = list(idx) if isinstance(idx, tuple) else [idx]
+        if Ellipsis in items:
+            i = items.index(Ellipsis)
+            items[i:i + 1] = [slice(None)] * (len(p.shape) - len(items) + 1)
+        if len(items) > len(p.shape):
+            raise ShapeError(f"{len(items)} indices for `{p.name}` of rank {len(p.shape)}", loc)
+        items += [slice(None)] * (len(p.shape) - len(items))
+        index: list[Index] = []
+        shape: list[Dim] = []
+        tr = self.tracer
+        for axis, (it, n) in enumerate(zip(items, p.shape)):
+            if isinstance(it, Tile):
+                if tr.region is None or not it.region.encloses(tr.region):
+                    raise KernelSyntaxError("this tile's loop has already ended", loc,
+                                            "use a tile only inside its own `for` loop")
+                if it.var.extent != n:
+                    raise ShapeError(
+                        f"a tile over {it.var.extent} elements indexes axis {axis} of "
+                        f"`{p.name}`, which has {n}", loc,
+                        f"tile that axis's own size, e.g. `kd.tile({p.name}.shape[{axis}])`")
+                index.append(Index("tile", it.var))
+                shape.append(it.var)
+            elif isinstance(it, slice) and it == slice(None):
+                index.append(Index("full"))
+                shape.append(n)
+            elif isinstance(it, int) and not isinstance(it, bool):
+                if not -n <= it < n:
+                    raise ShapeError(f"index {it} is out of range for axis {axis} of "
+                                     f"`{p.name}` (size {n})", loc)
+                index.append(Index("int", value=it % n))
+            else:
+                raise KernelSyntaxError(
+                    f"`{p.name}[...]` index {it!r} is not supported", loc,
+                    "index tensors with tiles from kd.tile, `:` or Python ints")
+        return tuple(index), tuple(shape)
+
+    def _getitem(self, t: Any, idx: Any) -> TileValue:
+        p = self._param(t, "indexing")
+        if p.is_output:
+            raise KernelSyntaxError(f"reading output `{p.name}` inside the kernel", user_loc(),
+                                    "keep the value in a variable instead of reading it back")
+        index, shape = self._index(p, idx)
+        v = self.tracer.emit("load", [], {"tensor": p, "index": index}, shape, p.dtype)
+        return TileValue(v)
+
+    def _setitem(self, t: Any, idx: Any, value: Any) -> None:
+        p = self._param(t, "assigning into")
+        loc = user_loc()
+        if not p.is_output:
+            raise ArgumentError(
+                f"kernel writes into its argument `{p.name}`", loc,
+                f"allocate an output (`out = torch.empty_like({p.name})`), write it and return it")
+        index, shape = self._index(p, idx)
+        if isinstance(value, (int, float, bool)) and not isinstance(value, TileValue):
+            from .device_ops import const
+            v = const(value, p.dtype)
+        else:
+            v = _as_tile(value)
+        if v.v.dtype != p.dtype:
+            if v.v.op is not None and v.v.op.kind == "const":
+                v = cast_v(v, p.dtype)
+            else:
+                raise DTypeError(f"storing a {v.v.dtype} tile into {p.dtype} output `{p.name}`",
+                                 loc, f"cast it: `{p.name}[...] = value.to({p.name}.dtype)`")
+        if v.v.shape != shape:
+            try:
+                v = broadcast(v, shape)
+            except ShapeError:
+                raise ShapeError(f"storing a {shape_str(v.v.shape)} tile into "
+                                 f"`{p.name}[...]` of shape {shape_str(shape)}", loc,
+                                 "the value must have the shape of the indexed block") from None
+        self.tracer.emit("store", [v.v], {"tensor": p, "index": index})
+        self.tracer.stored.add(id(p))

@@ -1,0 +1,237 @@
+"""The tracer: runs a kernel's Python once with proxy values and records the tile IR.
+
+Host code runs on `meta` tensors (shapes, dtypes and allocation work as in torch, no data).
+A `TorchFunctionMode` sees every torch call: indexing an argument with tiles becomes a `load`,
+assigning becomes a `store`, torch ops on tile values become IR ops (`device_ops.py`). Each
+`kd.tile` loop body is traced once into a region; loop-carried values are found by comparing
+the caller's locals before and after the body, which gives Python's own semantics.
+"""
+from __future__ import annotations
+
+import ctypes
+import linecache
+import os
+import re
+import sys
+import threading
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .errors import KernelSyntaxError, LoopScopeError, SourceLoc
+from .ir import BlockSym, Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_state = threading.local()
+
+
+def user_loc(depth: int = 1) -> SourceLoc | None:
+    """The innermost frame outside kernel_dsl and torch: the user's line."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if not (fn.startswith(_PKG_DIR) or fn.startswith(_TORCH_DIR)):
+            return SourceLoc(fn, frame.f_lineno, linecache.getline(fn, frame.f_lineno))
+        frame = frame.f_back
+    return None
+
+
+def current() -> "Tracer | None":
+    return getattr(_state, "tracer", None)
+
+
+def shape_only() -> bool:
+    """True while the host code runs only to compute output shapes (the fake of a torch op)."""
+    return getattr(_state, "shape_only", False)
+
+
+class ShapeOnly:
+    """Context: `kd.tile` yields nothing, so the host code only allocates its outputs."""
+
+    def __enter__(self) -> None:
+        self._prev = shape_only()
+        _state.shape_only = True
+
+    def __exit__(self, *exc: object) -> None:
+        _state.shape_only = self._prev
+
+
+class Tracer:
+    def __init__(self, name: str):
+        self.name = name
+        self.params: list[TensorParam] = []
+        self.param_of: dict[int, TensorParam] = {}  # id(meta tensor) -> param
+        self._keep: list[torch.Tensor] = []
+        self.block_syms: list[BlockSym] = []
+        self.named_syms: dict[str, BlockSym] = {}
+        self.tiles: list[TileVar] = []
+        self.grid: list[TileVar] | None = None
+        self.body = Region()
+        self.region: Region | None = None  # None while in host code
+        self.grid_done = False
+        self._next_value = 0
+        self.stored: set[int] = set()
+        self.uses: dict[int, int] = {}
+
+    # -- values and ops ------------------------------------------------------------------
+    def new_value(self, shape: tuple[Dim, ...], dtype: str, op: Op | None, region: Region) -> Value:
+        v = Value(self._next_value, tuple(shape), dtype, op, region)
+        self._next_value += 1
+        return v
+
+    def emit(self, kind: str, operands: list[Value], attrs: dict[str, Any],
+             shape: tuple[Dim, ...] | None = None, dtype: str | None = None) -> Value | None:
+        loc = user_loc(2)
+        region = self.require_region(kind, loc)
+        for v in operands:
+            self.check_visible(v, loc)
+        op = Op(kind, list(operands), attrs, [], loc)
+        if shape is not None:
+            assert dtype is not None
+            op.results.append(self.new_value(shape, dtype, op, region))
+        region.ops.append(op)
+        return op.results[0] if op.results else None
+
+    def require_region(self, what: str, loc: SourceLoc | None) -> Region:
+        if self.region is None:
+            raise KernelSyntaxError(
+                f"`{what}` is device code but runs outside any `kd.tile` loop", loc,
+                "put device code inside `for tile in kd.tile(...):`; host code may only read "
+                "shapes and allocate outputs")
+        return self.region
+
+    def check_visible(self, v: Value, loc: SourceLoc | None) -> None:
+        if self.region is None or v.region is None or v.region.encloses(self.region):
+            return
+        where = v.op.loc if v.op is not None and v.op.loc is not None else None
+        raise LoopScopeError(
+            f"this value was computed inside a `kd.tile` loop"
+            f"{f' (at line {where.line})' if where else ''} and is not available here", loc,
+            "to carry a value out of a loop, create it before the loop (e.g. "
+            "`acc = kd.zeros([tm, tn], dtype=torch.float32)`) and update it inside")
+
+    # -- block sizes and tiles -----------------------------------------------------------
+    def block_sym(self, name: str | None = None, choices: tuple[int, ...] | None = None,
+                  pinned: int | None = None) -> BlockSym:
+        if name is not None and name in self.named_syms:
+            return self.named_syms[name]
+        s = BlockSym(len(self.block_syms), name, choices, pinned)
+        self.block_syms.append(s)
+        if name is not None:
+            self.named_syms[name] = s
+        return s
+
+    def new_tile(self, extent: int, block: BlockSym, kind: str, loc: SourceLoc | None) -> TileVar:
+        t = TileVar(len(self.tiles), extent, block, kind, loc)
+        self.tiles.append(t)
+        return t
+
+    # -- tensor parameters ---------------------------------------------------------------
+    def add_param(self, meta: torch.Tensor, name: str, dtype: str, is_output: bool,
+                  init: float | None = None, arg_index: int | None = None) -> TensorParam:
+        p = TensorParam(name, tuple(int(d) for d in meta.shape), dtype, is_output, init, arg_index)
+        self.params.append(p)
+        self.param_of[id(meta)] = p
+        self._keep.append(meta)
+        return p
+
+    def param(self, t: torch.Tensor) -> TensorParam | None:
+        return self.param_of.get(id(t))
+
+    # -- the result ----------------------------------------------------------------------
+    def finish(self, returned: Any, loc: SourceLoc | None) -> KernelIR:
+        if self.region is not None:
+            raise KernelSyntaxError(
+                "the kernel left a `kd.tile` loop early (`break` or `return` inside it)", loc,
+                "loops over tiles always run to the end; use torch.where to skip work")
+        if self.grid is None:
+            raise KernelSyntaxError(f"kernel `{self.name}` has no `for ... in kd.tile(...)` loop",
+                                    loc, "wrap the device code in `for tile in kd.tile(size):`")
+        outs = returned if isinstance(returned, (tuple, list)) else (returned,)
+        returns: list[TensorParam] = []
+        for o in outs:
+            p = self.param(o) if isinstance(o, torch.Tensor) else None
+            if p is None or not p.is_output:
+                raise KernelSyntaxError(
+                    "a kernel must return the tensors its host code allocated", loc,
+                    "allocate outputs with `out = torch.empty(...)` and `return out`")
+            if id(p) not in self.stored and p.init is None:
+                raise KernelSyntaxError(f"output `{p.name}` is returned but never written", loc,
+                                        f"store into it inside the grid loop: `{p.name}[tile] = ...`")
+            returns.append(p)
+        _eliminate_dead_code(self.body)
+        return KernelIR(self.name, self.params, self.grid, self.body, self.block_syms,
+                        self.tiles, returns, self.grid[0].loc)
+
+
+def _has_effects(op: Op) -> bool:
+    if op.kind == "store":
+        return True
+    return op.body is not None and any(_has_effects(o) for o in op.body.ops)
+
+
+def _eliminate_dead_code(region: Region) -> None:
+    """Drops ops whose results nothing uses (e.g. a bf16 product folded into an f32 acc)."""
+    changed = True
+    while changed:
+        used: set[int] = set()
+        def mark(r: Region) -> None:
+            used.update(y.id for y in r.yields)
+            for op in r.ops:
+                used.update(v.id for v in op.operands)
+                if op.body is not None:
+                    mark(op.body)
+        mark(region)
+        changed = False
+        def sweep(r: Region) -> None:
+            nonlocal changed
+            keep = []
+            for op in r.ops:
+                if op.body is not None:
+                    sweep(op.body)
+                if _has_effects(op) or any(v.id in used for v in op.results):
+                    keep.append(op)
+                else:
+                    changed = True
+            r.ops = keep
+        sweep(region)
+
+
+def replace_uses(region: Region, old: Value, new: Value) -> None:
+    for op in region.ops:
+        op.operands = [new if v is old else v for v in op.operands]
+        if op.body is not None:
+            replace_uses(op.body, old, new)
+    region.yields = [new if v is old else v for v in region.yields]
+
+
+def write_frame_locals(frame: Any, updates: dict[str, Any]) -> None:
+    """Rebinds local variables of a running frame (after a traced loop body)."""
+    if not updates:
+        return
+    f_locals = frame.f_locals
+    for k, v in updates.items():
+        f_locals[k] = v
+    if sys.version_info < (3, 13):  # from 3.13 on, f_locals writes through (PEP 667)
+        ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+
+
+_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
+
+
+def assigned_name(loc: SourceLoc | None, default: str) -> str:
+    """`out` for a line `out = torch.empty(...)`: names outputs in IR and generated code."""
+    m = _ASSIGN.match(loc.text) if loc is not None else None
+    return m.group(1) if m else default
+
+
+def run_traced(fn: Callable[..., Any], tracer: Tracer, args: list[Any], mode: TorchFunctionMode) -> Any:
+    prev = current()
+    _state.tracer = tracer
+    try:
+        with mode:
+            return fn(*args)
+    finally:
+        _state.tracer = prev

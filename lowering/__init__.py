@@ -1,0 +1,66 @@
+"""Backends: each renders the tile IR as source in its own language and runs it.
+
+Every backend is a module-level object with the same small interface (`Backend`). The front end
+knows only this interface and the IR; adding a backend touches nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from ..config import Config
+from ..errors import BackendError
+from ..ir import KernelIR
+
+
+@dataclass
+class Generated:
+    """Rendered source of one kernel for one config and target."""
+
+    backend: str
+    target: str
+    config: Config
+    source: str
+    entry: str  # the function in `source` that runs the kernel
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    name: str
+    cpu_target: str  # the target whose kernels run on this machine's CPU
+
+    def default_config(self, ir: KernelIR, target: str) -> Config: ...
+
+    def config_space(self, ir: KernelIR, target: str) -> dict[str, list[Any]]: ...
+
+    def render(self, ir: KernelIR, config: Config, target: str) -> Generated: ...
+
+    def compile(self, gen: Generated, ir: KernelIR) -> Callable[..., tuple[Any, ...]]: ...
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+def get(name: str) -> Backend:
+    if name not in _BACKENDS:
+        raise BackendError(f"unknown backend {name!r}", None,
+                           f"available backends: {', '.join(sorted(_BACKENDS))}")
+    return _BACKENDS[name]
+
+
+def names() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def _register_builtin() -> None:
+    from .pallas import BACKEND as pallas
+
+    register(pallas)
+
+
+_register_builtin()

@@ -1,0 +1,64 @@
+"""Builds generated Pallas source into a jitted JAX function and runs it on torch tensors."""
+from __future__ import annotations
+
+import linecache
+import os
+import types
+from typing import Any, Callable
+
+import torch
+
+from .. import Generated
+
+_counter = 0
+
+
+def _quiet_jax_on_cpu_hosts() -> None:
+    """Without a TPU, keep JAX on CPU so libtpu does not probe for hardware on import."""
+    if "jax" in __import__("sys").modules or "JAX_PLATFORMS" in os.environ:
+        return
+    has_tpu = os.path.exists("/dev/accel0") or (os.path.isdir("/dev/vfio") and len(os.listdir("/dev/vfio")) > 1)
+    if not has_tpu:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+
+
+_quiet_jax_on_cpu_hosts()
+import jax  # noqa: E402
+import jax.dlpack  # noqa: E402
+
+
+def load_module(gen: Generated) -> types.ModuleType:
+    """Executes the generated source as a module (registered with linecache for tracebacks)."""
+    global _counter
+    _counter += 1
+    filename = f"<kernel_dsl:pallas:{gen.entry}:{_counter}>"
+    linecache.cache[filename] = (len(gen.source), None, gen.source.splitlines(True), filename)
+    mod = types.ModuleType(f"kernel_dsl_generated_{gen.entry}_{_counter}")
+    exec(compile(gen.source, filename, "exec"), mod.__dict__)
+    return mod
+
+
+def to_jax(t: torch.Tensor) -> Any:
+    return jax.dlpack.from_dlpack(t.detach())
+
+
+def to_torch(a: Any) -> torch.Tensor:
+    return torch.from_dlpack(a)
+
+
+def jax_function(gen: Generated, interpret: Any = True) -> Callable[..., Any]:
+    """The kernel as a jitted JAX function of JAX arrays (what `kernel.jax` exposes)."""
+    fn = getattr(load_module(gen), gen.entry)
+    return jax.jit(lambda *args: fn(*args, interpret=interpret))
+
+
+def compile_for_torch(gen: Generated, interpret: Any = True) -> Callable[..., tuple[torch.Tensor, ...]]:
+    jitted = jax_function(gen, interpret)
+
+    def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outs = jitted(*[jax.dlpack.from_dlpack(t) for t in tensors])
+        return tuple(torch.from_dlpack(o) for o in outs)
+
+    run.jitted = jitted  # type: ignore[attr-defined]
+    return run
