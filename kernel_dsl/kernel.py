@@ -80,6 +80,7 @@ class Kernel:
         self.stats = {"traces": 0, "renders": 0, "compiles": 0}
         self._irs: dict[tuple[Any, ...], KernelIR] = {}
         self._compiled: dict[tuple[Any, ...], Callable[..., tuple[torch.Tensor, ...]]] = {}
+        self._jax: Any = None
         self._ops = make_ops(self)
 
     # -- the call path (kept small: Dynamo traces it, eager calls pay for it) -------------------
@@ -230,6 +231,15 @@ class Kernel:
         with ShapeOnly():
             out = self.fn(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    @property
+    def jax(self) -> Any:
+        """This kernel as a JAX callable (Pallas; interpret mode on CPU hosts)."""
+        if self._jax is None:
+            from .lowering.pallas.jax_entry import JaxKernel  # imports JAX only when used
+
+            self._jax = JaxKernel(self, config=self.config)
+        return self._jax
 
     def __repr__(self) -> str:
         return f"<kd.kernel {self.name} from {inspect.getsourcefile(self.fn)}>"

@@ -35,6 +35,12 @@ def lit(x: Any) -> str:
     return repr(x)
 
 
+def tup(items: Any) -> str:
+    """A Python tuple literal: (), (a,), (a, b)."""
+    xs = [str(x) for x in items]
+    return f"({xs[0]},)" if len(xs) == 1 else f"({', '.join(xs)})"
+
+
 class _Emitter:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -50,8 +56,17 @@ class _Emitter:
                 self._last_loc = key
         self.lines.append("    " * self.indent + text + comment)
 
-    def blank(self) -> None:
-        self.lines.append("")
+    def open(self, *headers: str) -> int:
+        """Starts an indented block; `close` drops it again if nothing was written in it."""
+        for h in headers:
+            self.line(h)
+        self.indent += 1
+        return len(self.lines)
+
+    def close(self, start: int, n_headers: int) -> None:
+        self.indent -= 1
+        if len(self.lines) == start:
+            del self.lines[start - n_headers:]
 
 
 class _KernelWriter:
@@ -71,8 +86,7 @@ class _KernelWriter:
         return self.names[v.id]
 
     def shape(self, dims: tuple[Dim, ...]) -> str:
-        vals = [self.plan.eb(d) if isinstance(d, TileVar) else d for d in dims]
-        return "(" + "".join(f"{x}, " for x in vals).rstrip(" ") + ")"
+        return tup(self.plan.eb(d) if isinstance(d, TileVar) else d for d in dims)
 
     def begin(self, t: TileVar) -> str:
         return f"{self.tile_index[t.id]} * {self.plan.eb(t)}"
@@ -182,8 +196,8 @@ class _KernelWriter:
             expr = f"({expr}).astype({JNP[op.result.dtype]})"
         return expr
 
-    def ops(self, region: Region) -> None:
-        for op in region.ops:
+    def ops(self, ops: list[Op]) -> None:
+        for op in ops:
             self.op(op)
 
     def inner_loop(self, op: Op) -> None:
@@ -202,7 +216,7 @@ class _KernelWriter:
             self.names[a.id] = f"v{a.id}"
         if args:
             em.line(f"{', '.join(args)}, = carry")
-        self.ops(body)
+        self.ops(body.ops)
         em.line(f"return ({''.join(self.n(y) + ', ' for y in body.yields)})")
         em.indent -= 1
         inits = "".join(self.n(v) + ", " for v in op.operands)
@@ -218,7 +232,7 @@ def _scratch_shape(w: _KernelWriter, v: Value) -> tuple[str, str, str]:
     shape = w.shape(v.shape)
     if v.rank >= 2:
         return shape, "{}", "{}"
-    shape2 = "(" + "1, " * (2 - v.rank) + shape[1:]
+    shape2 = tup([1] * (2 - v.rank) + [w.plan.eb(d) if isinstance(d, TileVar) else d for d in v.shape])
     return shape2, "jnp.reshape({}, " + shape2 + ")", "jnp.reshape({}, " + shape + ")"
 
 
@@ -233,97 +247,75 @@ def _write_grid_phases(w: _KernelWriter, scratch: list[tuple[str, str]]) -> None
             segments[-1].append(op)
     em.line(f"k = pl.program_id({len(ir.grid)})")
     pre = segments[0]
-    for op in pre:
+    for op in pre:  # pure code before the first loop is recomputed at every step (cheap)
         if op.kind != "store":
             w.op(op)
-    em.line("@pl.when(k == 0)")
-    em.line("def _first_step():")
-    em.indent += 1
+    start = em.open("@pl.when(k == 0)", "def _first_step():")
     _init_outputs(w)
     for op in pre:
         if op.kind == "store":
             w.op(op)
-    em.line("pass")
-    em.indent -= 1
-    saved: dict[int, tuple[str, str]] = {}  # value id -> (scratch ref, read expr template)
+    em.close(start, 2)
+    saved: dict[int, tuple[str, str]] = {}  # value id -> (scratch ref, expression reading it)
 
-    def spill(v: Value) -> None:
-        ref = f"s{v.id}_ref"
+    def spill(v: Value, ref: str, src: str) -> None:
         shape, store, read = _scratch_shape(w, v)
         dt = "i32" if v.dtype == "bool" else v.dtype
-        scratch.append((ref, f"pltpu.VMEM({shape}, {JNP[dt]})"))
-        saved[v.id] = (ref, read.format(f"{ref}[...]") + (".astype(jnp.bool_)" if dt != v.dtype else ""))
-        src = w.n(v) if dt == v.dtype else f"{w.n(v)}.astype({JNP[dt]})"
-        em.line(f"{ref}[...] = {store.format(src)}")
+        if v.id not in saved:
+            scratch.append((ref, f"pltpu.VMEM({shape}, {JNP[dt]})"))
+            back = ".astype(jnp.bool_)" if dt != v.dtype else ""
+            saved[v.id] = (ref, read.format(f"{ref}[...]") + back)
+        src = src if dt == v.dtype else f"{src}.astype({JNP[dt]})"
+        em.line(f"{saved[v.id][0]}[...] = {store.format(src)}")
 
-    def reload(ops: list[Op], extra: list[Value]) -> None:
-        need = [v for o in ops for v in o.operands] + extra
-        for v in need:
+    def reload(values: list[Value]) -> None:
+        for v in values:
             if v.id in saved and v.id not in w.names:
                 w.names[v.id] = f"v{v.id}"
                 em.line(f"v{v.id} = {saved[v.id][1]}")
 
     later_uses = _later_uses(segments, plan.phases)
+    single = len(plan.phases) == 1
     for j, ph in enumerate(plan.phases):
         body = ph.op.body
         assert body is not None
         t = ph.tile
-        w.tile_index[t.id] = f"i{t.id}"
+        it = f"i{t.id}"
+        w.tile_index[t.id] = it
         last = ph.offset + ph.steps - 1
-        em.line(f"# loop over {t!r}: grid steps {ph.offset}..{last}", ph.op)
-        em.line(f"@pl.when(k == {ph.offset})")
-        em.line(f"def _init_t{t.id}():")
-        em.indent += 1
         outer = dict(w.names)
-        reload([], list(ph.op.operands))
+        em.line(f"# loop over {t!r}: grid steps {ph.offset}..{last}, carried values in VMEM", ph.op)
+        start = em.open(f"@pl.when(k == {ph.offset})", f"def _init_t{t.id}():")
+        reload(list(ph.op.operands))
         for init, arg in zip(ph.op.operands, body.args):
-            w.names[arg.id] = w.n(init)
-            spill_into(w, arg, saved, scratch, em, init_value=w.n(init))
-        em.line("pass")
-        em.indent -= 1
+            spill(arg, f"c{arg.id}_ref", w.n(init))
+        em.close(start, 2)
         w.names = dict(outer)
-        em.line(f"@pl.when((k >= {ph.offset}) & (k <= {last}))")
-        em.line(f"def _loop_t{t.id}():")
-        em.indent += 1
-        em.line(f"i{t.id} = k - {ph.offset}")
+        if not single:  # the only loop owns every step and needs no guard
+            em.open(f"@pl.when((k >= {ph.offset}) & (k <= {last}))", f"def _loop_t{t.id}():")
+        em.line(f"{it} = k" + (f" - {ph.offset}" if ph.offset else ""))
         for arg in body.args:
             w.names[arg.id] = f"v{arg.id}"
             em.line(f"v{arg.id} = {saved[arg.id][1]}")
-        reload(list(body.walk()), [])
-        w.ops(body)
+        reload([v for o in body.walk() for v in o.operands])
+        w.ops(body.ops)
         for arg, y in zip(body.args, body.yields):
-            ref = saved[arg.id][0]
-            _, store, _ = _scratch_shape(w, arg)
-            val = w.n(y) if arg.dtype != "bool" else f"{w.n(y)}.astype(jnp.int32)"
-            em.line(f"{ref}[...] = {store.format(val)}")
-        em.line(f"@pl.when(i{t.id} == {ph.steps - 1})")
-        em.line(f"def _after_t{t.id}():")
-        em.indent += 1
+            spill(arg, saved[arg.id][0], w.n(y))
         for arg, r in zip(body.args, ph.op.results):
             saved[r.id] = saved[arg.id]
             w.names.pop(r.id, None)
         seg = segments[j + 1]
-        reload(seg, [])
+        start = em.open(f"@pl.when({it} == {ph.steps - 1})", f"def _after_t{t.id}():")
+        reload([v for o in seg for v in o.operands])
+        w.ops(seg)
         for op in seg:
-            w.op(op)
-        for v in (r for op in seg for r in op.results):
-            if v.id in later_uses.get(j + 1, set()):
-                spill(v)
-        em.line("pass")
-        em.indent -= 2
-        w.names = {k2: v2 for k2, v2 in outer.items()}
-
-
-def spill_into(w: _KernelWriter, v: Value, saved: dict[int, tuple[str, str]],
-               scratch: list[tuple[str, str]],
-               em: _Emitter, init_value: str) -> None:
-    ref = f"c{v.id}_ref"
-    shape, store, read = _scratch_shape(w, v)
-    dt = "i32" if v.dtype == "bool" else v.dtype
-    scratch.append((ref, f"pltpu.VMEM({shape}, {JNP[dt]})"))
-    saved[v.id] = (ref, read.format(f"{ref}[...]") + (".astype(jnp.bool_)" if dt != v.dtype else ""))
-    src = init_value if dt == v.dtype else f"{init_value}.astype({JNP[dt]})"
-    em.line(f"{ref}[...] = {store.format(src)}")
+            for v in op.results:
+                if v.id in later_uses.get(j + 1, set()):
+                    spill(v, f"s{v.id}_ref", w.n(v))
+        em.close(start, 2)
+        if not single:
+            em.indent -= 1
+        w.names = dict(outer)
 
 
 def _later_uses(segments: list[list[Op]], phases: list[LoopPhase]) -> dict[int, set[int]]:
@@ -365,7 +357,7 @@ def _index_map(plan: Plan, axes: list[AxisPlan], nargs: int) -> str:
             parts.append(expr)
         else:
             parts.append("0")
-    return f"lambda {', '.join(params)}: ({''.join(x + ', ' for x in parts).rstrip(' ')})"
+    return f"lambda {', '.join(params)}: {tup(parts)}"
 
 
 def render(ir: KernelIR, config: Config, target: str) -> Generated:
@@ -391,7 +383,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         _write_grid_phases(w, scratch)
     else:
         _init_outputs(w)
-        w.ops(ir.body)
+        w.ops(ir.body.ops)
     scratch_names = [name for name, _ in scratch]
     loc = ir.loc.short() if ir.loc else "?"
     src = [
@@ -410,12 +402,12 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         "",
     ]
     sem = ["parallel"] * len(ir.grid) + (["arbitrary"] if plan.loop_axis else [])
-    grid = "(" + "".join(f"{g}, " for g in plan.grid).rstrip(" ") + ")"
+    grid = tup(plan.grid)
     nargs = len(plan.grid)
 
     def spec(p: Any) -> str:
         axes = plan.axes[p.name]
-        block = "(" + "".join(f"{a.block}, " for a in axes).rstrip(" ") + ")"
+        block = tup(a.block for a in axes)
         return f"pl.BlockSpec({block}, {_index_map(plan, axes, nargs)})"
 
     out_shapes = [f"jax.ShapeDtypeStruct({tuple(p.shape)}, {JNP[p.dtype]})" for p in outs]

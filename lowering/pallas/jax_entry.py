@@ -1,0 +1,45 @@
+"""`kernel.jax`: the same kernel as a JAX callable, for JAX users (and TorchTPU's `jax_op`)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import torch
+
+from ...config import Config
+from ...dtypes import TORCH_TO_IR
+from .runner import jax_function
+
+_JAX_TO_TORCH = {jax.numpy.dtype(str(t).replace("torch.", "")) if t is not torch.bool else
+                 jax.numpy.dtype("bool"): t for t in TORCH_TO_IR}
+
+
+def _meta(a: Any) -> Any:
+    if hasattr(a, "shape") and hasattr(a, "dtype"):
+        dt = _JAX_TO_TORCH.get(jax.numpy.dtype(a.dtype))
+        if dt is None:
+            raise TypeError(f"JAX dtype {a.dtype} is not supported by kernel_dsl kernels")
+        return torch.empty(tuple(a.shape), dtype=dt, device="meta")
+    return a
+
+
+class JaxKernel:
+    """Call with JAX arrays (or inside `jax.jit`); specializes on their shapes and dtypes."""
+
+    def __init__(self, kernel: Any, interpret: bool | None = None, config: Config | None = None):
+        self.kernel = kernel
+        self.interpret = jax.default_backend() == "cpu" if interpret is None else interpret
+        self.config = config
+        self._fns: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    def __call__(self, *arrays: Any) -> Any:
+        metas = tuple(_meta(a) for a in arrays)
+        key = self.kernel.arg_key(metas)
+        fn = self._fns.get(key)
+        if fn is None:
+            gen = self.kernel.generated(*metas, backend="pallas", config=self.config,
+                                        target=None if self.interpret else "tpu")
+            fn = jax_function(gen, self.interpret)
+            self._fns[key] = fn
+        outs = fn(*[a for a in arrays if hasattr(a, "shape")])
+        return outs[0] if len(outs) == 1 else tuple(outs)
