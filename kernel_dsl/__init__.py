@@ -12,9 +12,18 @@
 from __future__ import annotations
 
 from .config import Config, ConfigSpace
-from .errors import (ArgumentError, BackendError, ConfigError, ControlFlowError, DTypeError,
-                     KernelError, KernelSyntaxError, LoopScopeError, ShapeError,
-                     UnsupportedOpError)
+from .errors import (
+                     ArgumentError,
+                     BackendError,
+                     ConfigError,
+                     ControlFlowError,
+                     DTypeError,
+                     KernelError,
+                     KernelSyntaxError,
+                     LoopScopeError,
+                     ShapeError,
+                     UnsupportedOpError,
+)
 from .ir import KernelIR
 from .ir_printer import print_ir
 from .kernel import Kernel, backend, kernel, tpu_kernel

@@ -13,8 +13,7 @@ from typing import Any, Callable
 import torch
 
 from . import dtypes
-from .errors import (ControlFlowError, DTypeError, KernelSyntaxError, ShapeError,
-                     UnsupportedOpError)
+from .errors import ControlFlowError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
 from .ir import Dim, Region, TileVar, Value, broadcast_shapes, shape_str
 from .tracing import Tracer, current, user_loc
 

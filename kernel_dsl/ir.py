@@ -52,9 +52,10 @@ class TileVar:
     block: BlockSym
     kind: str  # "grid" (parallel launch axis) or "loop" (sequential, inside the kernel)
     loc: SourceLoc | None = None
+    name: str = ""  # the user's loop variable, unique within the kernel
 
     def __repr__(self) -> str:
-        return f"t{self.id}"
+        return self.name or f"t{self.id}"
 
 
 Dim = Union[int, TileVar]
@@ -93,6 +94,7 @@ class Value:
     dtype: str
     op: "Op | None" = None  # None for loop-carried block arguments
     region: "Region | None" = None
+    hint: str = ""  # the user's variable name, where known (loop-carried values)
 
     @property
     def rank(self) -> int:

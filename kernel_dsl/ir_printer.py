@@ -55,7 +55,8 @@ def _print_region(region: Region, indent: int, lines: list[str], locs: bool) -> 
             lines.append(f"{pad}{head}loop {_tile_decl(op.attrs['tile'])} carry({carried})"
                          f"{' -> ' + types if types else ''}:{_loc(op, locs)}")
             _print_region(body, indent + 1, lines, locs)
-            lines.append(f"{pad}  yield {', '.join(repr(v) for v in body.yields)}")
+            if body.yields:
+                lines.append(f"{pad}  yield {', '.join(repr(v) for v in body.yields)}")
             continue
         if op.kind == "store":
             lines.append(f"{pad}store {attrs} = {operands}{_loc(op, locs)}")

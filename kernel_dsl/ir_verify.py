@@ -2,8 +2,19 @@
 from __future__ import annotations
 
 from .errors import IRVerificationError
-from .ir import (ALL_DTYPES, BINARY_OPS, COMPARE_OPS, REDUCE_OPS, UNARY_OPS, KernelIR, Op,
-                 Region, TileVar, Value, broadcast_shapes)
+from .ir import (
+    ALL_DTYPES,
+    BINARY_OPS,
+    COMPARE_OPS,
+    REDUCE_OPS,
+    UNARY_OPS,
+    KernelIR,
+    Op,
+    Region,
+    TileVar,
+    Value,
+    broadcast_shapes,
+)
 
 
 def _fail(op: Op | None, msg: str) -> None:

@@ -13,9 +13,9 @@ from .config import Config, ConfigSpace
 from .errors import ArgumentError, DTypeError, KernelError, KernelSyntaxError, SourceLoc
 from .ir import KernelIR
 from .ir_verify import verify
-from .trace_mode import TraceMode
 from .torch_ops import make_ops
-from .tracing import _PKG_DIR, _TORCH_DIR, ShapeOnly, Tracer, run_traced, user_loc
+from .trace_mode import TraceMode
+from .tracing import ShapeOnly, Tracer, is_machinery, run_traced, user_loc
 
 _backend_stack: list[str] = []  # `with kd.backend(...)`; a plain global so Dynamo can read it
 _ENV_BACKEND = os.environ.get("KD_BACKEND")
@@ -52,7 +52,7 @@ def _foreign_error_loc(exc: BaseException) -> SourceLoc | None:
     """The innermost user frame of a traceback (not kernel_dsl, not torch)."""
     loc = None
     for fs in traceback.extract_tb(exc.__traceback__):
-        if not (fs.filename.startswith(_PKG_DIR) or fs.filename.startswith(_TORCH_DIR)):
+        if not is_machinery(fs.filename):
             loc = SourceLoc(fs.filename, fs.lineno or 0, fs.line or "")
     return loc
 

@@ -10,7 +10,7 @@ from . import device_ops
 from .device_ops import Tile, TileValue
 from .errors import KernelSyntaxError, LoopScopeError
 from .ir import BlockSym, Op, Region, Value
-from .tracing import Tracer, current, replace_uses, shape_only, user_loc, write_frame_locals
+from .tracing import Tracer, current, loop_var_names, replace_uses, shape_only, user_loc, write_frame_locals
 
 
 class BlockSize:
@@ -88,7 +88,8 @@ class TileLoop:
                     "a kernel has one outermost `kd.tile` loop (the launch grid)", loc,
                     "merge the loops, or write a second kernel")
             syms = [_sym_for(tr, b, loc) for b in self.block_sizes]
-            vars_ = [tr.new_tile(n, s, "grid", loc) for n, s in zip(self.sizes, syms)]
+            names = loop_var_names(loc, len(self.sizes))
+            vars_ = [tr.new_tile(n, s, "grid", loc, nm) for n, s, nm in zip(self.sizes, syms, names)]
             tr.grid = vars_
             tr.region = tr.body
             tiles = [Tile(v, tr.body) for v in vars_]
@@ -96,7 +97,8 @@ class TileLoop:
         if len(self.sizes) != 1:
             raise KernelSyntaxError("a nested `kd.tile` loop over several sizes", loc,
                                     "nest one `for t in kd.tile(n)` loop per size")
-        var = tr.new_tile(self.sizes[0], _sym_for(tr, self.block_sizes[0], loc), "loop", loc)
+        var = tr.new_tile(self.sizes[0], _sym_for(tr, self.block_sizes[0], loc), "loop", loc,
+                          loop_var_names(loc, 1)[0])
         self.parent = tr.region
         body = Region(parent=self.parent)
         self.op = Op("loop", [], {"tile": var}, [], loc, body)
@@ -148,6 +150,7 @@ class TileLoop:
                     f"create `{name}` before the loop with the shape and dtype it has inside "
                     "(e.g. `kd.zeros([tm, tn], dtype=torch.float32)`), or cast with .to()")
             arg = tr.new_value(old.shape, old.dtype, None, body)
+            arg.hint = name
             replace_uses(body, old, arg)
             body.args.append(arg)
             self.op.operands.append(old)

@@ -27,12 +27,18 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _state = threading.local()
 
 
+def is_machinery(filename: str) -> bool:
+    """Frames of the tracer itself and of torch; kernels in subpackages (the library, the
+    examples) are user code."""
+    return os.path.dirname(filename) == _PKG_DIR or filename.startswith(_TORCH_DIR)
+
+
 def user_loc(depth: int = 1) -> SourceLoc | None:
-    """The innermost frame outside kernel_dsl and torch: the user's line."""
+    """The innermost frame outside kernel_dsl's machinery and torch: the user's line."""
     frame = sys._getframe(depth)
     while frame is not None:
         fn = frame.f_code.co_filename
-        if not (fn.startswith(_PKG_DIR) or fn.startswith(_TORCH_DIR)):
+        if not is_machinery(fn):
             return SourceLoc(fn, frame.f_lineno, linecache.getline(fn, frame.f_lineno))
         frame = frame.f_back
     return None
@@ -123,8 +129,16 @@ class Tracer:
             self.named_syms[name] = s
         return s
 
-    def new_tile(self, extent: int, block: BlockSym, kind: str, loc: SourceLoc | None) -> TileVar:
-        t = TileVar(len(self.tiles), extent, block, kind, loc)
+    def new_tile(self, extent: int, block: BlockSym, kind: str, loc: SourceLoc | None,
+                 name: str = "") -> TileVar:
+        taken = {t.name for t in self.tiles}
+        name = name or f"t{len(self.tiles)}"
+        if name in taken:
+            i = 2
+            while f"{name}{i}" in taken:
+                i += 1
+            name = f"{name}{i}"
+        t = TileVar(len(self.tiles), extent, block, kind, loc, name)
         self.tiles.append(t)
         return t
 
@@ -216,6 +230,16 @@ def write_frame_locals(frame: Any, updates: dict[str, Any]) -> None:
         f_locals[k] = v
     if sys.version_info < (3, 13):  # from 3.13 on, f_locals writes through (PEP 667)
         ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+
+
+_FOR = re.compile(r"^\s*for\s+\(?([\w\s,]+?)\)?\s+in\s")
+
+
+def loop_var_names(loc: SourceLoc | None, n: int) -> list[str]:
+    """`tm`, `tn` for a line `for tm, tn in kd.tile(...)`: names tiles in the IR and code."""
+    m = _FOR.match(loc.text) if loc is not None else None
+    names = [x.strip() for x in m.group(1).split(",")] if m else []
+    return names if len(names) == n and all(x.isidentifier() for x in names) else [""] * n
 
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")

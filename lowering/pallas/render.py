@@ -6,7 +6,7 @@ from typing import Any
 
 from ...config import Config, is_ragged
 from ...errors import ConfigError
-from ...ir import Dim, KernelIR, Op, Region, TileVar, Value
+from ...ir import Dim, KernelIR, Op, TileVar, Value
 from .. import Generated
 from .plan import AxisPlan, LoopPhase, Plan, plan_for
 
@@ -79,7 +79,7 @@ class _KernelWriter:
         self.names: dict[int, str] = {}
         self.tile_index: dict[int, str] = {}  # TileVar.id -> name of its block index
         for pos, t in enumerate(ir.grid):
-            self.tile_index[t.id] = f"pid{pos}"
+            self.tile_index[t.id] = f"i_{t!r}"
 
     # -- helpers -------------------------------------------------------------------------------
     def n(self, v: Value) -> str:
@@ -205,9 +205,9 @@ class _KernelWriter:
         body = op.body
         assert body is not None
         t: TileVar = op.attrs["tile"]
-        it = f"i{t.id}"
+        it = f"i_{t!r}"
         self.tile_index[t.id] = it
-        fn = f"loop_t{t.id}"
+        fn = f"loop_{t!r}"
         em = self.em
         em.line(f"def {fn}({it}, carry):", op)
         em.indent += 1
@@ -280,19 +280,19 @@ def _write_grid_phases(w: _KernelWriter, scratch: list[tuple[str, str]]) -> None
         body = ph.op.body
         assert body is not None
         t = ph.tile
-        it = f"i{t.id}"
+        it = f"i_{t!r}"
         w.tile_index[t.id] = it
         last = ph.offset + ph.steps - 1
         outer = dict(w.names)
         em.line(f"# loop over {t!r}: grid steps {ph.offset}..{last}, carried values in VMEM", ph.op)
-        start = em.open(f"@pl.when(k == {ph.offset})", f"def _init_t{t.id}():")
+        start = em.open(f"@pl.when(k == {ph.offset})", f"def _init_{t!r}():")
         reload(list(ph.op.operands))
         for init, arg in zip(ph.op.operands, body.args):
-            spill(arg, f"c{arg.id}_ref", w.n(init))
+            spill(arg, f"{arg.hint or 'carry'}{arg.id}_ref", w.n(init))
         em.close(start, 2)
         w.names = dict(outer)
         if not single:  # the only loop owns every step and needs no guard
-            em.open(f"@pl.when((k >= {ph.offset}) & (k <= {last}))", f"def _loop_t{t.id}():")
+            em.open(f"@pl.when((k >= {ph.offset}) & (k <= {last}))", f"def _loop_{t!r}():")
         em.line(f"{it} = k" + (f" - {ph.offset}" if ph.offset else ""))
         for arg in body.args:
             w.names[arg.id] = f"v{arg.id}"
@@ -305,13 +305,13 @@ def _write_grid_phases(w: _KernelWriter, scratch: list[tuple[str, str]]) -> None
             saved[r.id] = saved[arg.id]
             w.names.pop(r.id, None)
         seg = segments[j + 1]
-        start = em.open(f"@pl.when({it} == {ph.steps - 1})", f"def _after_t{t.id}():")
+        start = em.open(f"@pl.when({it} == {ph.steps - 1})", f"def _after_{t!r}():")
         reload([v for o in seg for v in o.operands])
         w.ops(seg)
         for op in seg:
             for v in op.results:
                 if v.id in later_uses.get(j + 1, set()):
-                    spill(v, f"s{v.id}_ref", w.n(v))
+                    spill(v, f"saved{v.id}_ref", w.n(v))
         em.close(start, 2)
         if not single:
             em.indent -= 1
@@ -377,8 +377,8 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
     body = _Emitter()
     w.em = body
     body.indent = 1
-    for pos in range(len(ir.grid)):
-        body.line(f"pid{pos} = pl.program_id({pos})")
+    for pos, t in enumerate(ir.grid):
+        body.line(f"i_{t!r} = pl.program_id({pos})")
     if plan.loop_axis:
         _write_grid_phases(w, scratch)
     else:

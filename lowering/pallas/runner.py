@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import sys
 import types
 from typing import Any, Callable
 
@@ -15,9 +16,10 @@ _counter = 0
 
 def _quiet_jax_on_cpu_hosts() -> None:
     """Without a TPU, keep JAX on CPU so libtpu does not probe for hardware on import."""
-    if "jax" in __import__("sys").modules or "JAX_PLATFORMS" in os.environ:
+    if "jax" in sys.modules or "JAX_PLATFORMS" in os.environ:
         return
-    has_tpu = os.path.exists("/dev/accel0") or (os.path.isdir("/dev/vfio") and len(os.listdir("/dev/vfio")) > 1)
+    vfio = os.listdir("/dev/vfio") if os.path.isdir("/dev/vfio") else []
+    has_tpu = os.path.exists("/dev/accel0") or len(vfio) > 1
     if not has_tpu:
         os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")

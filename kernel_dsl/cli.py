@@ -1,0 +1,108 @@
+"""`kdsl` (also `python -m kernel_dsl`): show a kernel's IR and generated source; run the demo."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Any
+
+import torch
+
+from . import dtypes
+from .config import Config
+from .errors import KernelError
+from .ir_printer import print_ir
+from .kernel import Kernel
+
+_DTYPES = {name: t for t, name in dtypes.TORCH_TO_IR.items()}
+
+
+def load_kernel(spec: str) -> Kernel:
+    """`package.module:name` or `path/to/file.py:name`."""
+    mod_name, _, attr = spec.partition(":")
+    if not attr:
+        raise SystemExit(f"kdsl: expected MODULE:KERNEL, got {spec!r}")
+    if mod_name.endswith(".py"):
+        spec_ = importlib.util.spec_from_file_location("kdsl_user_module", mod_name)
+        if spec_ is None or spec_.loader is None:
+            raise SystemExit(f"kdsl: cannot load {mod_name}")
+        module = importlib.util.module_from_spec(spec_)
+        sys.modules["kdsl_user_module"] = module
+        spec_.loader.exec_module(module)
+    else:
+        module = importlib.import_module(mod_name)
+    k = getattr(module, attr, None)
+    if not isinstance(k, Kernel):
+        raise SystemExit(f"kdsl: {spec} is not a @kd.tpu_kernel function")
+    return k
+
+
+def parse_shapes(kernel: Kernel, shapes: list[str], scalars: list[str]) -> tuple[Any, ...]:
+    """`128x64:bf16` per tensor parameter in order; `name=value` for scalar parameters."""
+    given = dict(s.split("=", 1) for s in scalars)
+    it = iter(shapes)
+    args: list[Any] = []
+    for p, kind in zip(kernel.params, kernel.kinds):
+        if kind == "Tensor":
+            try:
+                text = next(it)
+            except StopIteration:
+                raise SystemExit(f"kdsl: no --shapes entry for tensor `{p.name}`") from None
+            dims, _, dt = text.partition(":")
+            if (dt or "f32") not in _DTYPES:
+                raise SystemExit(f"kdsl: unknown dtype {dt!r}; use one of {', '.join(_DTYPES)}")
+            args.append(torch.empty([int(d) for d in dims.split("x")], dtype=_DTYPES[dt or "f32"],
+                                    device="meta"))
+        elif p.name in given:
+            args.append({"int": int, "float": float, "bool": lambda v: v.lower() in ("1", "true")}
+                        [kind](given[p.name]))
+        elif p.default is not p.empty:
+            args.append(p.default)
+        else:
+            raise SystemExit(f"kdsl: give scalar `{p.name}` with --arg {p.name}=VALUE")
+    return tuple(args)
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    k = load_kernel(ns.kernel)
+    args = parse_shapes(k, ns.shapes, ns.arg)
+    config = Config.from_json(ns.config) if ns.config else None
+    if ns.what in ("ir", "all"):
+        print(print_ir(k.ir(*args)))
+    if ns.what in ("source", "all"):
+        print(k.source(*args, backend=ns.backend, config=config, target=ns.target))
+    if ns.what == "configs":
+        print(k.configs(*args, backend=ns.backend))
+    return 0
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from .examples.demo import main as demo_main
+
+    return demo_main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kdsl", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    show = sub.add_parser("show", help="print a kernel's tile IR and generated source")
+    show.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
+    show.add_argument("--shapes", nargs="+", default=[], help="per tensor argument: 128x64[:bf16]")
+    show.add_argument("--arg", action="append", default=[], help="scalar argument: name=value")
+    show.add_argument("--backend", default=None, help="pallas (default)")
+    show.add_argument("--target", default=None)
+    show.add_argument("--config", default=None, help='JSON, e.g. \'{"block_sizes": [128, 128, 128]}\'')
+    show.add_argument("--what", choices=("all", "ir", "source", "configs"), default="all")
+    show.set_defaults(fn=cmd_show)
+    demo = sub.add_parser("demo", help="run a DSL matmul on CPU, check it, show its IR and source")
+    demo.set_defaults(fn=cmd_demo)
+    ns = ap.parse_args(argv)
+    try:
+        return int(ns.fn(ns))
+    except KernelError as e:
+        print(f"kdsl: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Small runnable examples (the README demo)."""
