@@ -87,8 +87,21 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != len(self.params):
             args = self._bind(args, kwargs)
-        outs = self._ops.route(args)(*args)
+        if not torch.compiler.is_compiling() and self._plain_cpu_call(args):
+            # the op's own body, minus the dispatcher: nothing here needs autograd, fake
+            # tensors or functorch, and the dispatcher costs more than the kernel launch
+            outs = self.run_cpu(self.backend_name(), args)
+        else:
+            outs = self._ops.route(args)(*args)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def _plain_cpu_call(args: tuple[Any, ...]) -> bool:
+        for a in args:
+            if isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or a.requires_grad
+                                                or a.device.type != "cpu"):
+                return False
+        return not torch._C._are_functorch_transforms_active()
 
     def backend_name(self) -> str:
         if _backend_stack:
@@ -115,7 +128,8 @@ class Kernel:
             if kind == "Tensor":
                 if not isinstance(a, torch.Tensor):
                     raise ArgumentError(f"argument `{p.name}` must be a torch.Tensor, got "
-                                        f"{type(a).__name__}", loc)
+                                        f"{type(a).__name__}", loc,
+                                        f"call it as {self.name}{self.signature}")
                 if dtypes.to_ir(a.dtype) is None:
                     raise DTypeError(f"argument `{p.name}` has dtype {a.dtype}", loc,
                                      dtypes.unsupported_reason(a.dtype))
@@ -128,7 +142,7 @@ class Kernel:
                 device = a.device
             elif not isinstance(a, _SCALARS):
                 raise ArgumentError(f"argument `{p.name}` must be {kind}, got {type(a).__name__}",
-                                    loc)
+                                    loc, f"call it as {self.name}{self.signature}")
 
     @staticmethod
     def arg_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -161,12 +175,14 @@ class Kernel:
             returned = run_traced(self.fn, tracer, call_args, TraceMode(tracer))
         except KernelError:
             raise
-        except Exception as e:  # the user's host code failed on these arguments
+        except Exception as e:  # the user's own code failed on these arguments
             shapes = ", ".join(f"{p.name}: {list(a.shape)} {a.dtype}" if isinstance(a, torch.Tensor)
                                else f"{p.name}={a!r}" for p, a in zip(self.params, args))
-            raise KernelSyntaxError(f"{type(e).__name__}: {e}", _foreign_error_loc(e),
-                                    f"this line failed while tracing `{self.name}` for {shapes}; "
-                                    "check the arguments' ranks and shapes") from e
+            # before the grid, host code only reads shapes: the arguments do not fit the kernel
+            cls = ArgumentError if tracer.grid is None else KernelSyntaxError
+            raise cls(f"{type(e).__name__}: {e}", _foreign_error_loc(e),
+                      f"this line failed while tracing `{self.name}` for {shapes}; "
+                      "check the arguments' ranks and shapes") from e
         ir = tracer.finish(returned, None)
         verify(ir)
         return ir

@@ -9,7 +9,7 @@ import torch
 from . import device_ops
 from .device_ops import Tile, TileValue
 from .errors import KernelSyntaxError, LoopScopeError
-from .ir import BlockSym, Op, Region, Value
+from .ir import BlockSym, Op, Region, Value, shape_str
 from .tracing import Tracer, current, loop_var_names, replace_uses, shape_only, user_loc, write_frame_locals
 
 
@@ -143,10 +143,10 @@ class TileLoop:
                     "change in it", self.loc, "initialize each carried variable separately")
             seen[old.id] = name
             if (old.shape, old.dtype) != (new.shape, new.dtype):
-                from .ir import shape_str
                 raise LoopScopeError(
                     f"loop-carried `{name}` is {old.dtype}{shape_str(old.shape)} before the "
-                    f"loop but {new.dtype}{shape_str(new.shape)} after one iteration", self.loc,
+                    f"loop but {new.dtype}{shape_str(new.shape)} after one iteration",
+                    new.op.loc if new.op is not None and new.op.loc is not None else self.loc,
                     f"create `{name}` before the loop with the shape and dtype it has inside "
                     "(e.g. `kd.zeros([tm, tn], dtype=torch.float32)`), or cast with .to()")
             arg = tr.new_value(old.shape, old.dtype, None, body)
@@ -157,12 +157,10 @@ class TileLoop:
             result = tr.new_value(old.shape, old.dtype, self.op, self.parent)
             self.op.results.append(result)
             updates[name] = TileValue(result)
-        # yields are read after all replacements so a swap `a, b = b, a` sees the block args
-        body.yields = [after[name].v for name, _, _ in carried]
-        for i, (name, old, new) in enumerate(carried):
-            for _, old2, _ in carried:
-                if body.yields[i] is old2:
-                    body.yields[i] = body.args[[c[1] for c in carried].index(old2)]
+        # a carried variable may be rebound to another's old value (`a, b = b, a`): this
+        # iteration's value of that variable is its block argument
+        arg_of = {old.id: arg for (_, old, _), arg in zip(carried, body.args)}
+        body.yields = [arg_of.get(new.id, new) for _, _, new in carried]
         tr.region = self.parent
         write_frame_locals(frame, updates)
 

@@ -67,7 +67,12 @@ class KernelOps:
         return op
 
     def route(self, args: tuple[Any, ...]) -> Callable[..., list[torch.Tensor]]:
-        dev = args[self.first_tensor].device.type
+        device = args[self.first_tensor].device
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.device != device:
+                raise ArgumentError(f"kernel `{self.kernel.name}` got tensors on {device} and "
+                                    f"{a.device}", user_loc(), "move all tensor arguments to one device")
+        dev = device.type
         if dev == "cpu":
             return self.cpu[self.kernel.backend_name()]
         if dev == "tpu":

@@ -11,11 +11,19 @@ import re
 
 import pytest
 import torch
+from dsl_kernels import add_where, matmul
 
 import kernel_dsl as kd
-from dsl_kernels import add_where, matmul
-from kernel_dsl.errors import (ArgumentError, ConfigError, ControlFlowError, DTypeError,
-                               KernelSyntaxError, LoopScopeError, ShapeError, UnsupportedOpError)
+from kernel_dsl.errors import (
+    ArgumentError,
+    ConfigError,
+    ControlFlowError,
+    DTypeError,
+    KernelSyntaxError,
+    LoopScopeError,
+    ShapeError,
+    UnsupportedOpError,
+)
 
 THIS_FILE = os.path.abspath(__file__)
 BASENAME = os.path.basename(THIS_FILE)
@@ -346,13 +354,29 @@ def test_non_tensor_argument(position: int) -> None:
     check_error(info.value, ArgumentError, "non_tensor")
 
 
-def test_tensors_on_different_devices() -> None:
-    """A cpu tensor and a meta tensor: ArgumentError at the call, never a meta result."""
-    x = f32(13, 37)
-    y = torch.empty(13, 37, device="meta")
+@pytest.mark.parametrize("meta_position", [0, 1])
+def test_tensors_on_different_devices(meta_position: int) -> None:
+    """A cpu tensor and a meta tensor, in either order: ArgumentError at the call, no result."""
+    args = [f32(13, 37), f32(13, 37)]
+    args[meta_position] = torch.empty(13, 37, device="meta")
     with pytest.raises(Exception) as info:
-        add_where(x, y)  # E:devices
+        add_where(*args)  # E:devices
     check_error(info.value, ArgumentError, "devices")
+
+
+def test_keyword_argument_unknown() -> None:
+    """An unknown keyword argument: ArgumentError at the call."""
+    x = f32(13, 37)
+    with pytest.raises(Exception) as info:
+        add_where(x, z=x)  # E:bad_kwarg
+    check_error(info.value, ArgumentError, "bad_kwarg")
+
+
+def test_trace_error_through_eager_call() -> None:
+    """A device-code error hit through an ordinary eager call keeps its type and kernel line."""
+    with pytest.raises(Exception) as info:
+        k_cumsum(f32(16, 32))
+    check_error(info.value, UnsupportedOpError, "cumsum")
 
 
 def test_config_with_wrong_number_of_block_sizes() -> None:

@@ -10,7 +10,6 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 import torch.nn.functional as F
-
 from dsl_kernels import add_where, layer_norm, matmul, softmax_rows
 
 SHAPES = [(13, 37, 5), (24, 40, 130)]  # (m, k, n): primes and non-multiples of every block
@@ -235,6 +234,15 @@ def test_outputs_are_fresh_contiguous_tensors(name: str) -> None:
     out.fill_(float("nan"))  # writing an output must not change inputs or other outputs
     assert torch.equal(again, expected)
     assert torch.equal(kernel(*args), expected)
+
+
+def test_op_and_eager_call_agree() -> None:
+    """The custom op called directly returns fresh tensors equal to the eager kernel call."""
+    x, y = torch.randn(13, 37), torch.randn(37, 5)
+    outs = matmul._ops.cpu["pallas"](x, y)
+    assert len(outs) == 1 and outs[0].is_contiguous()
+    assert not _shares_memory(outs[0], x) and not _shares_memory(outs[0], y)
+    assert torch.equal(outs[0], matmul(x, y))
 
 
 def test_output_of_same_input_twice() -> None:

@@ -363,7 +363,8 @@ def _index_map(plan: Plan, axes: list[AxisPlan], nargs: int) -> str:
 def render(ir: KernelIR, config: Config, target: str) -> Generated:
     mode = config.knobs.get("loop_mode", "grid")
     if mode not in LOOP_MODES:
-        raise ConfigError(f"loop_mode={mode!r} is not one of {LOOP_MODES}", ir.loc)
+        raise ConfigError(f"loop_mode={mode!r} is not one of {LOOP_MODES}", ir.loc,
+                          "use loop_mode='grid' (a trailing grid axis) or 'inner' (fori_loop)")
     unknown = set(config.knobs) - {"loop_mode"} - {s.name for s in ir.block_syms if s.name}
     if unknown:
         raise ConfigError(f"unknown config knobs {sorted(unknown)} for the pallas backend", ir.loc,

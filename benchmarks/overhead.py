@@ -1,0 +1,119 @@
+"""Eager-call overhead and first-call latency of DSL kernels on this machine's CPU path.
+
+    python benchmarks/overhead.py [--repeats 5] [--calls 3000] [--json out.json]
+
+Overhead: the median wall time of a cached `kernel(x, y)` call minus the median time of calling
+the generated JAX function directly on JAX arrays (same inputs, waiting for the result), on
+(64, 128) f32. Each figure is the median over `--calls` calls; `--repeats` such medians give the
+spread (min-max). Also timed: the same call through the torch custom op (the route under
+torch.compile, and for autograd or tensor subclasses). First call: trace + render + jit of a
+fresh kernel object, split by stage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+import dsl_kernels  # noqa: E402
+
+import kernel_dsl as kd  # noqa: E402
+
+
+def median_us(f: Callable[[], Any], calls: int) -> float:
+    for _ in range(min(500, calls)):
+        f()
+    ts = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e6
+
+
+def overhead(repeats: int, calls: int) -> dict[str, Any]:
+    from kernel_dsl.lowering.pallas.runner import to_numpy
+
+    k = dsl_kernels.add_where
+    x, y = torch.randn(64, 128), torch.randn(64, 128)
+    k(x, y)
+    jitted = k.compiled("pallas", (x, y)).jitted  # the generated function, jitted
+    jx, jy = [__import__("jax").numpy.asarray(to_numpy(t)) for t in (x, y)]
+    op = k._ops.cpu["pallas"]
+    rows: dict[str, list[float]] = {"direct": [], "kernel": [], "op": []}
+    for _ in range(repeats):
+        rows["direct"].append(median_us(lambda: jitted(jx, jy)[0].block_until_ready(), calls))
+        rows["kernel"].append(median_us(lambda: k(x, y), calls))
+        rows["op"].append(median_us(lambda: op(x, y), calls))
+    over = [a - b for a, b in zip(rows["kernel"], rows["direct"])]
+    over_op = [a - b for a, b in zip(rows["op"], rows["direct"])]
+    return {"shape": [64, 128], "dtype": "float32", "kernel": "add_where", "repeats": repeats,
+            "calls_per_repeat": calls,
+            **{f"{name}_us": _stats(v) for name, v in rows.items()},
+            "overhead_us": _stats(over), "overhead_via_op_us": _stats(over_op)}
+
+
+def _stats(v: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(v), 2), "min": round(min(v), 2),
+            "max": round(max(v), 2)}
+
+
+def first_call(name: str, args: tuple[Any, ...]) -> dict[str, float]:
+    """Trace, render and jit+first run of a fresh copy of a DSL test kernel."""
+    fresh = kd.Kernel(getattr(dsl_kernels, name).fn)
+    t0 = time.perf_counter()
+    fresh.ir(*args)
+    t1 = time.perf_counter()
+    gen = fresh.generated(*args)
+    t2 = time.perf_counter()
+    fn = kd.lowering.get("pallas").compile(gen, fresh.ir(*args))
+    t3 = time.perf_counter()
+    fn(*[a for a in args if isinstance(a, torch.Tensor)])
+    t4 = time.perf_counter()
+    return {"trace_s": round(t1 - t0, 4), "render_s": round(t2 - t1, 4),
+            "build_s": round(t3 - t2, 4), "jit_and_first_run_s": round(t4 - t3, 4),
+            "total_s": round(t4 - t0, 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--json", default=None)
+    ns = ap.parse_args()
+    torch.manual_seed(0)
+    res: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
+                   f"torch {torch.__version__}, jax {__import__('jax').__version__}",
+        "overhead": overhead(ns.repeats, ns.calls),
+        "first_call": {
+            "matmul 256x512x384 f32": first_call("matmul", (torch.randn(256, 512), torch.randn(512, 384))),
+            "attention 1x4x256x256x64 f32 causal": first_call(
+                "attention", (torch.randn(1, 4, 256, 64), torch.randn(1, 4, 256, 64),
+                              torch.randn(1, 4, 256, 64), True)),
+        },
+    }
+    o = res["overhead"]
+    print(f"machine: {res['machine']}")
+    print("eager call, (64,128) f32 add_where, median over calls [min-max over repeats] (us):")
+    for key in ("direct_us", "kernel_us", "op_us", "overhead_us", "overhead_via_op_us"):
+        s = o[key]
+        print(f"  {key:<20} {s['median']:8.1f}  [{s['min']:.1f} - {s['max']:.1f}]")
+    print("first call (s):")
+    for name, r in res["first_call"].items():
+        print(f"  {name:<40} " + "  ".join(f"{k}={v}" for k, v in r.items()))
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
