@@ -7,6 +7,7 @@ from .ir import (
     BINARY_OPS,
     COMPARE_OPS,
     REDUCE_OPS,
+    STRUCTURAL_OPS,
     UNARY_OPS,
     KernelIR,
     Op,
@@ -70,8 +71,10 @@ def _check_op(op: Op, defined: set[int]) -> None:
         for init, arg, res in zip(op.operands, body.args, op.results):
             if (init.shape, init.dtype) != (arg.shape, arg.dtype) != (res.shape, res.dtype):
                 _fail(op, "loop-carried value changes type")
-    elif k not in ("const", "full", "iota", "tile_begin", "tile_id", "tile_count", "cast",
-                   "expand_dims", "transpose"):
+    elif k == "broadcast":
+        if broadcast_shapes(op.operands[0].shape, op.result.shape) != op.result.shape:
+            _fail(op, "broadcast to a shape the operand does not broadcast to")
+    elif k not in STRUCTURAL_OPS:
         _fail(op, f"unknown op `{k}`")
 
 
