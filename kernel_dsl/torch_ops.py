@@ -51,6 +51,8 @@ class KernelOps:
                                 "annotate tensor parameters with `torch.Tensor`")
         self.cpu = {name: self._cpu_op(name) for name in lowering.names()}
         self.tpu: Any = None
+        if torch_tpu_available():  # made now: a first call inside torch.compile cannot make it
+            self.tpu_op()
 
     def _fake(self, *args: Any) -> list[torch.Tensor]:
         return self.kernel.shapes_only(args)
@@ -76,7 +78,10 @@ class KernelOps:
         if dev == "cpu":
             return self.cpu[self.kernel.backend_name()]
         if dev == "tpu":
-            return self.tpu_op()
+            op = self.tpu_op()
+            if not torch.compiler.is_compiling():  # inside the op, JAX would see only arrays
+                self.kernel._validate(args)
+            return op
         raise ArgumentError(f"kernel `{self.kernel.name}` got tensors on device `{dev}`",
                             user_loc(), "supported devices: cpu, and tpu through TorchTPU")
 

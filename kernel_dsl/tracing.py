@@ -9,6 +9,7 @@ the caller's locals before and after the body, which gives Python's own semantic
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import linecache
 import os
 import re
@@ -24,13 +25,21 @@ from .ir import BlockSym, Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+# the backends and the autotuner are machinery too; they install as subpackages but live in
+# their own folders in a source checkout, so ask the import system where they are
+_MACHINERY_DIRS = tuple(
+    os.path.abspath(d) + os.sep
+    for sub in ("lowering", "autotune")
+    for d in (importlib.util.find_spec(f"kernel_dsl.{sub}").submodule_search_locations or [])  # type: ignore[union-attr]
+)
 _state = threading.local()
 
 
 def is_machinery(filename: str) -> bool:
     """Frames of the tracer itself and of torch; kernels in subpackages (the library, the
     examples) are user code."""
-    return os.path.dirname(filename) == _PKG_DIR or filename.startswith(_TORCH_DIR)
+    return (os.path.dirname(filename) == _PKG_DIR or filename.startswith(_TORCH_DIR)
+            or filename.startswith(_MACHINERY_DIRS))
 
 
 def user_loc(depth: int = 1) -> SourceLoc | None:

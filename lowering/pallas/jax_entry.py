@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import jax
 import torch
 
 from ...config import Config
 from ...dtypes import TORCH_TO_IR
-from .runner import jax_function
+from .runner import jax, jax_function  # JAX comes through .runner, kept off libtpu without a TPU
 
 _JAX_TO_TORCH = {jax.numpy.dtype(str(t).replace("torch.", "")) if t is not torch.bool else
                  jax.numpy.dtype("bool"): t for t in TORCH_TO_IR}

@@ -1,0 +1,519 @@
+"""Kernels on `tpu` tensors go through TorchTPU's `jax_op` (kernel_dsl/tpu_adapter.py), tested
+without a TPU and without TorchTPU, on two stand-ins:
+
+- a stand-in `torch_tpu._internal.pallas` whose `jax_op` keeps the contract of TorchTPU's own
+  (torch_tpu/_internal/pallas/pallas.py): name and function positional, every parameter
+  annotated with a real type (jax.Array, int, float, bool, str), non-array parameters static,
+  the torch schema inferred from the signature, the function exported for TPU once per input
+  shape, and a default fake that refuses SymInt dims. Its op runs the JAX function on CPU;
+- a Python-only PrivateUse1 device renamed `tpu` (the pattern of pytorch's
+  test/test_privateuseone_python_backend.py) whose tensors own CPU memory, so views, copies,
+  opcheck and torch.compile work on it. A process can rename PrivateUse1 only once, so the
+  device tests run in child processes (this file run as a script) that report back as JSON.
+
+`dsl_kernels` is imported inside functions: a child installs its stand-ins before the kernels
+(and their ops) are created.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.machinery
+import inspect
+import json
+import os
+import subprocess
+import sys
+import traceback
+import types
+import typing
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
+
+import kernel_dsl as kd
+from kernel_dsl.errors import ArgumentError, BackendError, DTypeError, KernelError
+from kernel_dsl.torch_ops import torch_tpu_available
+
+_PALLAS = "torch_tpu._internal.pallas"
+_MARKER = "TPU-ROUTE-RESULTS "
+
+
+# -- a stand-in for TorchTPU's `torch_tpu._internal.pallas` -----------------------------------
+@dataclasses.dataclass
+class FakeJaxOp:
+    """What the stand-in `jax_op` made for one op name."""
+
+    fn: Callable[..., Any]
+    static_argnums: tuple[int, ...]
+    export: Callable[..., Any]  # placeholders -> jax.export.Exported, for platforms=["tpu"]
+    default_fake: Callable[..., Any] | None = None
+    exports: dict[tuple[Any, ...], Any] = dataclasses.field(default_factory=dict)
+    calls: int = 0
+
+
+def fake_torch_tpu_modules() -> dict[str, types.ModuleType]:
+    """`torch_tpu`, `torch_tpu._internal` and `torch_tpu._internal.pallas`, for sys.modules.
+
+    They carry module specs, so `importlib.util.find_spec` (what kernel_dsl checks) finds them.
+    `pallas.made` maps op names to `FakeJaxOp`s.
+    """
+    mods = {}
+    for name in ("torch_tpu", "torch_tpu._internal", _PALLAS):
+        mod = types.ModuleType(name)
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        mod.__path__ = []
+        mods[name] = mod
+    made: dict[str, FakeJaxOp] = {}
+    vars(mods[_PALLAS]).update(made=made, jax_op=functools.partial(_fake_jax_op, made))
+    return mods
+
+
+def _fake_jax_op(made: dict[str, FakeJaxOp], name: str, fn: Callable[..., Any], /, *,
+                 donate_argnums: Any = None, mesh: Any = None,
+                 input_partition_specs: Any = None) -> Any:
+    """TorchTPU's `jax_op(name, fn, /, *, donate_argnums, mesh, input_partition_specs)`, whose op
+    runs `fn` on CPU copies of the inputs and puts the results on the inputs' device."""
+    import jax  # after kernel_dsl chose JAX's platform, as TorchTPU imports it on first use
+
+    if name.count("::") != 1:
+        raise ValueError(f"Op name {name} must have exactly one '::' separator.")
+    sig = inspect.signature(fn, follow_wrapped=False)
+    to_torch: dict[Any, Any] = {jax.Array: torch.Tensor, int: int, float: float, bool: bool, str: str}
+    ret = sig.return_annotation
+    ret_args = typing.get_args(ret)
+    if ret is jax.Array:
+        torch_ret: Any = torch.Tensor
+    elif typing.get_origin(ret) in (list, tuple) and ret_args and set(ret_args) <= {jax.Array, ...}:
+        torch_ret = typing.get_origin(ret)[tuple(to_torch.get(a, a) for a in ret_args)]
+    else:
+        torch_ret = None
+    if torch_ret is None or any(p.annotation not in to_torch for p in sig.parameters.values()):
+        raise ValueError(f"Invalid signature for JAX function: {sig}. Only jax.Arrays and POD "
+                         "types are supported.")
+    params = list(sig.parameters.values())
+    static = tuple(i for i, p in enumerate(params) if p.annotation is not jax.Array)
+    jitted = jax.jit(fn, static_argnums=static, donate_argnums=donate_argnums, keep_unused=True)
+    exporter = jax.export.export(jitted, platforms=["tpu"])
+
+    def export(args: tuple[Any, ...]) -> Any:
+        return exporter(*[jax.ShapeDtypeStruct(tuple(a.shape), getattr(jax.numpy, str(a.dtype)[6:]))
+                          if isinstance(a, torch.Tensor) else a for a in args])
+
+    rec = made[name] = FakeJaxOp(fn, static, export)
+
+    def impl(*args: Any) -> Any:
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        if key not in rec.exports:  # TorchTPU exports and registers one module per input shapes
+            rec.exports[key] = export(args)
+        rec.calls += 1
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        outs = jitted(*[jax.dlpack.from_dlpack(a.cpu().contiguous()) if isinstance(a, torch.Tensor)
+                        else a for a in args])
+        return jax.tree_util.tree_map(lambda o: torch.from_dlpack(o).to(device), outs)
+
+    def default_fake(*args: Any) -> Any:
+        if any(isinstance(d, torch.SymInt) for a in args if isinstance(a, torch.Tensor)
+               for d in a.shape):
+            raise RuntimeError("Symbolic dimensions are not supported in the default fake kernel. "
+                               "Either remove symbolic dimensions or override this default "
+                               "implementation.")
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        out = export(args)
+        return out.out_tree.unflatten([torch.empty(a.shape, dtype=getattr(torch, str(a.dtype)),
+                                                   device=device) for a in out.out_avals])
+
+    def proto(*args: Any) -> Any: ...
+
+    proto.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [p.replace(annotation=to_torch[p.annotation]) for p in params], return_annotation=torch_ret)
+    schema = torch.library.infer_schema(proto, mutates_args=())
+    op = torch.library.custom_op(name, impl, mutates_args=(), device_types="privateuseone",
+                                 schema=schema)
+    op.register_fake(default_fake)
+    rec.default_fake = default_fake
+    return op
+
+
+@pytest.fixture
+def fake_torch_tpu(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The stand-in TorchTPU, installed in sys.modules for one test."""
+    for name, mod in fake_torch_tpu_modules().items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    return sys.modules[_PALLAS]
+
+
+# -- a simulated `tpu` device (Python-only PrivateUse1 backend) --------------------------------
+class _SimBackendModule(_DummyBackendModule):
+    """`torch.tpu`: opcheck saves and restores each device's RNG state."""
+
+    def get_rng_state(self, device: Any = None) -> torch.Tensor:
+        return torch.zeros(0, dtype=torch.uint8)
+
+    def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
+        pass
+
+
+class SimulatedTPU:
+    """PrivateUse1 renamed `tpu`; a tensor's storage points at CPU memory this object owns.
+
+    Allocation and cross-device copies have their own kernels; every other aten op runs on CPU
+    views of the same memory (a boxed fallback), so in-place ops and views alias as on a device.
+    Memory is never freed: this lives in a short child process.
+    """
+
+    def __init__(self) -> None:
+        _setup_privateuseone_for_python_backend("tpu", backend_module=_SimBackendModule())
+        self.device = torch.device("tpu", 0)
+        self._owners: dict[int, torch.UntypedStorage] = {}
+        self._set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+        self._cpu_keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+        aten = torch.library.Library("aten", "IMPL")
+        aten.impl("empty_strided", self._empty_strided, "PrivateUse1")
+        aten.impl("empty.memory_format", self._empty, "PrivateUse1")
+        aten.impl("_copy_from", self._copy_from, "PrivateUse1")
+        rest = torch.library.Library("_", "IMPL")
+        rest.fallback(self._fallback, "PrivateUse1")
+        self._libs = [aten, rest]  # registrations last as long as their Library
+
+    def _point(self, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """Makes device tensor `t` view CPU tensor `c`'s memory with `c`'s geometry."""
+        s = c.untyped_storage()
+        self._owners.setdefault(s.data_ptr(), s)
+        dev = torch._C._construct_storage_from_data_pointer(s.data_ptr(), self.device, s.nbytes())
+        # aten::set_ has no PrivateUse1 kernel; the CPU one only swaps storage and geometry
+        return self._set_storage.redispatch(self._cpu_keys, t, dev, c.storage_offset(), c.shape,
+                                            c.stride())
+
+    def to_device(self, c: torch.Tensor) -> torch.Tensor:
+        return self._point(torch._C._acc.create_empty_tensor((0,), c.dtype), c)
+
+    def to_cpu_view(self, t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        cpu = torch._C._construct_storage_from_data_pointer(s.data_ptr(), torch.device("cpu"),
+                                                            s.nbytes())
+        return torch.empty(0, dtype=t.dtype).set_(cpu, t.storage_offset(), t.shape, t.stride())
+
+    def _empty_strided(self, size: Any, stride: Any, *, dtype: Any = None, layout: Any = None,
+                       device: Any = None, pin_memory: Any = None) -> torch.Tensor:
+        return self.to_device(torch.empty_strided(size, stride, dtype=dtype))
+
+    def _empty(self, size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None, memory_format: Any = None) -> torch.Tensor:
+        return self.to_device(torch.empty(size, dtype=dtype,
+                                          memory_format=memory_format or torch.contiguous_format))
+
+    def _copy_from(self, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        view = lambda t: self.to_cpu_view(t) if t.device.type == "tpu" else t  # noqa: E731
+        view(dst).copy_(view(src))
+        return dst
+
+    def _fallback(self, op: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = dict(zip((a.name for a in op._schema.arguments), args)) | kwargs
+        written = {id(bound[a.name]) for a in op._schema.arguments
+                   if a.alias_info is not None and a.alias_info.is_write
+                   and isinstance(bound.get(a.name), torch.Tensor)}
+        dev_of: dict[int, torch.Tensor] = {}  # id(CPU stand-in) -> device tensor
+
+        def down(a: Any) -> Any:
+            if isinstance(a, torch.Tensor) and a.device.type == "tpu":
+                # outputs may need resizing, which memory borrowed from a pointer cannot do
+                c = self.to_cpu_view(a).clone() if id(a) in written else self.to_cpu_view(a)
+                dev_of[id(c)] = a
+                return c
+            return torch.device("cpu") if isinstance(a, torch.device) and a.type == "tpu" else a
+
+        cargs, ckwargs = tree_map(down, (args, kwargs))
+        out = op(*cargs, **ckwargs)
+        for c in [*cargs, *ckwargs.values()]:
+            if id(c) in dev_of and id(dev_of[id(c)]) in written:
+                t = dev_of[id(c)]
+                if c.shape == t.shape and c.stride() == t.stride():
+                    self.to_cpu_view(t).copy_(c)  # keeps aliases of `t` in step
+                else:
+                    self._point(t, c)
+        return tree_map(lambda o: (dev_of[id(o)] if id(o) in dev_of else self.to_device(o))
+                        if isinstance(o, torch.Tensor) else o, out)
+
+
+# -- child processes ---------------------------------------------------------------------------
+_CHECKS: dict[str, dict[str, Callable[[], None]]] = {"without-torch-tpu": {}, "with-torch-tpu": {}}
+
+
+def _check(mode: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """Registers a check for a child; checks run in the order they are defined."""
+    def register(fn: Callable[[], None]) -> Callable[[], None]:
+        _CHECKS[mode][fn.__name__.removeprefix("check_")] = fn
+        return fn
+    return register
+
+
+def _raises_at_call_line(expected: type[KernelError], fn: Callable[..., Any], *args: Any) -> KernelError:
+    """Calls `fn(*args)`; it must raise `expected` naming this call's line (the user's line)."""
+    try:
+        fn(*args)
+    except expected as e:
+        call = traceback.extract_tb(e.__traceback__)[0]
+        assert e.loc is not None and (e.loc.file, e.loc.line) == (call.filename, call.lineno), \
+            f"the error names {e.loc}, not the call at {call.filename}:{call.lineno}"
+        return e
+    raise AssertionError(f"{getattr(fn, '__name__', fn)} did not raise {expected.__name__}")
+
+
+def _tpu(*shapes: tuple[int, ...]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    cpu = [torch.randn(s) for s in shapes]
+    return cpu, [c.to("tpu") for c in cpu]
+
+
+def _ref_add_where(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.where(x > y, x - y, 0.5 * y)
+
+
+@_check("without-torch-tpu")
+def check_route_without_torch_tpu_names_call_line() -> None:
+    """tpu tensors without TorchTPU: a BackendError at the user's call, and nothing cached."""
+    import dsl_kernels
+
+    _, (x, y) = _tpu((16, 32), (16, 32))
+    err = _raises_at_call_line(BackendError, dsl_kernels.add_where, x, y)
+    assert "TorchTPU" in err.message and err.hint and "cpu" in err.hint, str(err)
+    assert dsl_kernels.add_where._ops.tpu is None
+
+
+@_check("with-torch-tpu")
+def check_compile_first_call() -> None:
+    """torch.compile(fullgraph=True) when the kernel's first tpu call is the compiled one."""
+    import dsl_kernels
+
+    torch._dynamo.reset()
+    (a, b), (at, bt) = _tpu((64, 32), (32, 48))
+    f = torch.compile(lambda p, q: dsl_kernels.matmul(p, q), fullgraph=True, dynamic=True,
+                      backend="aot_eager")
+    torch.testing.assert_close(f(at, bt).cpu(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@_check("with-torch-tpu")
+def check_route_picks_tpu_op() -> None:
+    """The router: tpu tensors -> `kernel_dsl::<base>_tpu`; cpu tensors -> the CPU op."""
+    import dsl_kernels
+
+    ops = dsl_kernels.add_where._ops
+    (x, y), (xt, yt) = _tpu((16, 32), (16, 32))
+    op = ops.route((xt, yt))
+    assert op._qualname == f"kernel_dsl::{ops.base}_tpu"
+    assert op is ops.route((xt, yt)), "the tpu op is made once"
+    assert ops.route((x, y)) is ops.cpu[dsl_kernels.add_where.backend_name()]
+
+
+@_check("with-torch-tpu")
+def check_eager_matches_torch() -> None:
+    """Eager calls run the tpu op (exported for TPU once per shape); results match torch."""
+    import dsl_kernels
+
+    made = sys.modules[_PALLAS].made
+    for shape in [(16, 32), (16, 32), (8, 24)]:
+        (x, y), (xt, yt) = _tpu(shape, shape)
+        out = dsl_kernels.add_where(xt, yt)
+        assert out.device.type == "tpu"
+        torch.testing.assert_close(out.cpu(), _ref_add_where(x, y))
+    rec = made[f"kernel_dsl::{dsl_kernels.add_where._ops.base}_tpu"]
+    assert rec.calls == 3 and len(rec.exports) == 2, (rec.calls, list(rec.exports))
+    (a, b), (at, bt) = _tpu((64, 32), (32, 48))
+    out = dsl_kernels.matmul(at, bt)
+    assert out.device.type == "tpu" and out.shape == (64, 48)
+    torch.testing.assert_close(out.cpu(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@_check("with-torch-tpu")
+def check_schema_matches_kernel_ops() -> None:
+    """TorchTPU infers the op's schema from the JAX function; it is the kernel's schema."""
+    import dsl_kernels
+
+    for k in (dsl_kernels.add_where, dsl_kernels.matmul):
+        ops = k._ops
+        schema = getattr(torch.ops.kernel_dsl, f"{ops.base}_tpu").default._schema
+        assert str(schema) == f"kernel_dsl::{ops.base}_tpu{ops.schema}", (str(schema), ops.schema)
+
+
+@_check("with-torch-tpu")
+def check_opcheck() -> None:
+    """torch.library.opcheck (schema, autograd registration, fake, aot dispatch with dynamic
+    shapes) on the tpu ops, with tpu tensors."""
+    import dsl_kernels
+
+    for k, shapes in [(dsl_kernels.add_where, [(16, 32), (16, 32)]),
+                      (dsl_kernels.matmul, [(64, 32), (32, 48)])]:
+        op = getattr(torch.ops.kernel_dsl, f"{k._ops.base}_tpu").default
+        result = torch.library.opcheck(op, tuple(_tpu(*shapes)[1]))
+        assert set(result.values()) == {"SUCCESS"}, result
+
+
+@_check("with-torch-tpu")
+def check_compile_dynamic_fullgraph() -> None:
+    """torch.compile(fullgraph=True, dynamic=True): one graph for all shapes, right results."""
+    import dsl_kernels
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda p, q: dsl_kernels.add_where(p, q) * 2.0, fullgraph=True, dynamic=True,
+                      backend=counter)
+    for shape in [(16, 32), (8, 24), (24, 40)]:
+        (x, y), (xt, yt) = _tpu(shape, shape)
+        out = f(xt, yt)
+        assert out.device.type == "tpu"
+        torch.testing.assert_close(out.cpu(), _ref_add_where(x, y) * 2.0)
+    assert counter.frame_count == 1, counter.frame_count
+
+
+@_check("with-torch-tpu")
+def check_tpu_call_validates_like_cpu() -> None:
+    """Arguments the CPU path refuses at the user's call are refused there on tpu too."""
+    import dsl_kernels
+
+    x64 = torch.randn(16, 32, dtype=torch.float64)
+    _raises_at_call_line(DTypeError, dsl_kernels.add_where, x64, x64)  # CPU path, for comparison
+    _raises_at_call_line(DTypeError, dsl_kernels.add_where, x64.to("tpu"), x64.to("tpu"))
+    empty = torch.randn(0, 32).to("tpu")
+    _raises_at_call_line(ArgumentError, dsl_kernels.add_where, empty, empty)
+
+
+def _child_main(mode: str) -> None:
+    SimulatedTPU()
+    if mode == "with-torch-tpu":
+        sys.modules.update(fake_torch_tpu_modules())
+    results = {}
+    for name, check in _CHECKS[mode].items():
+        try:
+            check()
+            results[name] = "ok"
+        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
+            results[name] = traceback.format_exc()
+    print(_MARKER + json.dumps(results), flush=True)
+
+
+def _run_child(mode: str) -> dict[str, str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")  # the stand-in op runs its JAX function on CPU
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), mode], env=env,
+                          capture_output=True, text=True, timeout=600)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_MARKER):
+            return json.loads(line[len(_MARKER):])
+    pytest.fail(f"the {mode} child exited with {proc.returncode} and no results:\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+
+
+@pytest.fixture(scope="module")
+def child_without_torch_tpu() -> dict[str, str]:
+    return _run_child("without-torch-tpu")
+
+
+@pytest.fixture(scope="module")
+def child_with_torch_tpu() -> dict[str, str]:
+    return _run_child("with-torch-tpu")
+
+
+def _assert_check(results: dict[str, str], name: str) -> None:
+    assert name in results, f"the child ran no check {name!r}: {sorted(results)}"
+    if results[name] != "ok":
+        pytest.fail(f"{name} in the simulated-tpu child:\n{results[name]}", pytrace=False)
+
+
+# -- tests: simulated device (child processes) --------------------------------------------------
+def test_route_without_torch_tpu_names_call_line(child_without_torch_tpu: dict[str, str]) -> None:
+    _assert_check(child_without_torch_tpu, "route_without_torch_tpu_names_call_line")
+
+
+@pytest.mark.parametrize("check", [
+    "compile_first_call",
+    "route_picks_tpu_op",
+    "eager_matches_torch",
+    "schema_matches_kernel_ops",
+    "opcheck",
+    "compile_dynamic_fullgraph",
+    "tpu_call_validates_like_cpu",
+])
+def test_simulated_tpu(child_with_torch_tpu: dict[str, str], check: str) -> None:
+    _assert_check(child_with_torch_tpu, check)
+
+
+# -- tests: the adapter in this process (no device) ---------------------------------------------
+def _fresh(kernel: kd.Kernel) -> kd.Kernel:
+    """The same kernel with ops of its own, so this process's shared kernels keep no tpu op."""
+    return kd.tpu_kernel(kernel.fn)
+
+
+def test_tpu_op_without_torch_tpu_raises_backend_error() -> None:
+    if torch_tpu_available():
+        pytest.skip("TorchTPU is installed")
+    import dsl_kernels
+
+    ops = dsl_kernels.add_where._ops
+    err = _raises_at_call_line(BackendError, ops.tpu_op)
+    assert "TorchTPU" in err.message and "google-pytorch/torch_tpu" in (err.hint or "")
+    assert ops.tpu is None
+
+
+@pytest.mark.parametrize("name, static", [("add_where", ()), ("matmul", ()), ("layer_norm", (3,))])
+def test_adapter_op_contract(fake_torch_tpu: types.ModuleType, name: str,
+                             static: tuple[int, ...]) -> None:
+    """Op name, schema, and the JAX function's signature as TorchTPU's jax_op reads it."""
+    import dsl_kernels
+    import jax
+
+    k = _fresh(getattr(dsl_kernels, name))
+    op = k._ops.tpu_op()
+    qualname = f"kernel_dsl::{k._ops.base}_tpu"
+    assert op._qualname == qualname and k._ops.tpu_op() is op
+    assert str(op._opoverload._schema) == qualname + k._ops.schema
+    rec = fake_torch_tpu.made[qualname]
+    assert rec.static_argnums == static
+    sig = inspect.signature(rec.fn, follow_wrapped=False)
+    assert [p.name for p in sig.parameters.values()] == [p.name for p in k.params]
+    assert sig.return_annotation == list[jax.Array]
+
+
+@pytest.mark.parametrize("name", ["add_where", "matmul"])
+def test_adapter_fake_takes_symbolic_shapes(fake_torch_tpu: types.ModuleType, name: str) -> None:
+    """The op's fake is the kernel's (SymInt-safe); jax_op's default one refuses SymInt dims."""
+    import dsl_kernels
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    k = _fresh(getattr(dsl_kernels, name))
+    op = k._ops.tpu_op()
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 2)
+    shapes = [(16, 32), (16, 32)] if name == "add_where" else [(64, 32), (32, 48)]
+    x, y = (mode.from_tensor(torch.randn(s), symbolic_context=dynamic) for s in shapes)
+    with mode:
+        (out,) = op(x, y)
+        with pytest.raises(RuntimeError, match="Symbolic dimensions"):
+            fake_torch_tpu.made[op._qualname].default_fake(x, y)
+    assert all(isinstance(d, torch.SymInt) for d in out.shape)
+    want = x.shape if name == "add_where" else (x.shape[0], y.shape[1])
+    assert [str(d) for d in out.shape] == [str(d) for d in want]
+    assert out.dtype == x.dtype
+
+
+def test_adapter_jax_function_exports_mosaic_for_tpu(fake_torch_tpu: types.ModuleType,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a TPU host `kernel.jax` renders for TPU: what TorchTPU exports is a Mosaic kernel."""
+    import dsl_kernels
+    import jax
+
+    with monkeypatch.context() as m:
+        m.setattr(jax, "default_backend", lambda: "tpu")  # read when `kernel.jax` is made
+        k = _fresh(dsl_kernels.matmul)  # with TorchTPU present, its tpu op is made right here
+        op = k._ops.tpu_op()
+    rec = fake_torch_tpu.made[op._qualname]
+    exported = rec.export((torch.empty(256, 128, device="meta"), torch.empty(128, 512, device="meta")))
+    assert "tpu_custom_call" in exported.mlir_module()
+    assert [(a.shape, str(a.dtype)) for a in exported.out_avals] == [((256, 512), "float32")]
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])
