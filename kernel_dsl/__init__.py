@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+from .check import CheckEntry, CheckReport
 from .config import Config, ConfigSpace
 from .errors import (
                      ArgumentError,
@@ -26,14 +27,15 @@ from .errors import (
 )
 from .ir import KernelIR
 from .ir_printer import print_ir
-from .kernel import Kernel, backend, kernel, tpu_kernel
+from .kernel_object import Kernel, backend, interpret_mode, kernel, tpu_kernel
 from .language import BlockSize, block_size, dot, full, specialize, tile, zeros
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentError", "BackendError", "BlockSize", "Config", "ConfigError", "ConfigSpace",
-    "ControlFlowError", "DTypeError", "Kernel", "KernelError", "KernelIR", "KernelSyntaxError",
-    "LoopScopeError", "ShapeError", "UnsupportedOpError", "backend", "block_size", "dot", "full",
-    "kernel", "print_ir", "specialize", "tile", "tpu_kernel", "zeros",
+    "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
+    "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
+    "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
+    "backend", "block_size", "dot", "full", "interpret_mode", "kernel", "print_ir", "specialize",
+    "tile", "tpu_kernel", "zeros",
 ]

@@ -1,4 +1,5 @@
-"""`kdsl` (also `python -m kernel_dsl`): show a kernel's IR and generated source; run the demo."""
+"""`kdsl` (also `python -m kernel_dsl`): show a kernel's IR and generated source, check it with
+the real TPU compiler, run the demo."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,7 @@ from . import dtypes
 from .config import Config
 from .errors import KernelError
 from .ir_printer import print_ir
-from .kernel import Kernel
+from .kernel_object import Kernel
 
 _DTYPES = {name: t for t, name in dtypes.TORCH_TO_IR.items()}
 
@@ -76,6 +77,17 @@ def cmd_show(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(ns: argparse.Namespace) -> int:
+    k = load_kernel(ns.kernel)
+    args = parse_shapes(k, ns.shapes, ns.arg)
+    config = Config.from_json(ns.config) if ns.config else None
+    targets = ns.targets.split(",") if ns.targets else None
+    report = k.check(*args, targets=targets, config=config, timeout=ns.timeout,
+                     measure_vmem=not ns.no_vmem)
+    print(report.to_json() if ns.json else report.table())
+    return 0 if report.ok else 1
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     from .examples.demo import main as demo_main
 
@@ -94,6 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--config", default=None, help='JSON, e.g. \'{"block_sizes": [128, 128, 128]}\'')
     show.add_argument("--what", choices=("all", "ir", "source", "configs"), default="all")
     show.set_defaults(fn=cmd_show)
+    check = sub.add_parser("check", help="compile for real TPU targets (no TPU needed)")
+    check.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
+    check.add_argument("--shapes", nargs="+", default=[], help="per tensor argument: 128x64[:bf16]")
+    check.add_argument("--arg", action="append", default=[], help="scalar argument: name=value")
+    check.add_argument("--targets", default=None,
+                       help="comma-separated, default all: tpu-v4,tpu-v5e,tpu-v5p,tpu-v6e,tpu-v7x")
+    check.add_argument("--config", default=None, help="JSON; default: each target's default")
+    check.add_argument("--timeout", type=float, default=300.0, help="seconds per compile")
+    check.add_argument("--no-vmem", action="store_true", help="skip measuring VMEM (faster)")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(fn=cmd_check)
     demo = sub.add_parser("demo", help="run a DSL matmul on CPU, check it, show its IR and source")
     demo.set_defaults(fn=cmd_demo)
     ns = ap.parse_args(argv)

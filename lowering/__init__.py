@@ -61,6 +61,8 @@ def _register_builtin() -> None:
     from .pallas import BACKEND as pallas
 
     register(pallas)
+    from .triton import BACKEND as triton; register(triton)  # noqa: E702, I001
+    from .nki import BACKEND as nki; register(nki)  # noqa: E702
 
 
 _register_builtin()

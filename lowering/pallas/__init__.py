@@ -3,16 +3,20 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ...check import CheckEntry
 from ...config import Config
 from ...ir import KernelIR
 from .. import Generated
 from .render import render as _render
 from .space import config_space, default_config
+from .targets import TPU_TARGETS, tpu_target
+from .vmem import estimate_vmem
 
 
 class PallasBackend:
     name = "pallas"
     cpu_target = "cpu"
+    targets = TPU_TARGETS
 
     def default_config(self, ir: KernelIR, target: str) -> Config:
         return default_config(ir, target)
@@ -23,10 +27,22 @@ class PallasBackend:
     def render(self, ir: KernelIR, config: Config, target: str) -> Generated:
         return _render(ir, config, target)
 
-    def compile(self, gen: Generated, ir: KernelIR) -> Callable[..., Any]:
-        from .runner import compile_for_torch  # imports jax: only when a kernel runs
+    def compile(self, gen: Generated, ir: KernelIR, faithful: bool = False) -> Callable[..., Any]:
+        """`faithful`: Pallas' TPU interpreter (out-of-bounds reads raise, new memory is NaN,
+        races are reported) instead of the fast plain-HLO interpreter."""
+        from .runner import compile_for_torch, faithful_params  # JAX: only when a kernel runs
 
-        return compile_for_torch(gen, interpret=True)
+        return compile_for_torch(gen, interpret=faithful_params() if faithful else True)
+
+    def check(self, ir: KernelIR, gens: list[Generated], timeout: float,
+              measure_vmem: bool) -> list[CheckEntry]:
+        from .check import Job, check  # JAX and subprocesses: only when checking
+
+        specs = [(p.shape, p.dtype) for p in ir.inputs]
+        return check([Job(g, specs, ir.loc) for g in gens], timeout, measure_vmem)
+
+    def estimate_vmem(self, gen: Generated) -> int:
+        return estimate_vmem(gen, tpu_target(gen.target))
 
 
 BACKEND = PallasBackend()

@@ -29,6 +29,7 @@ _quiet_jax_on_cpu_hosts()
 import jax  # noqa: E402
 import jax.dlpack  # noqa: E402
 import ml_dtypes  # noqa: E402
+from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
 
 def load_module(gen: Generated) -> types.ModuleType:
@@ -48,6 +49,12 @@ def to_numpy(t: torch.Tensor) -> Any:
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
+
+
+def faithful_params() -> Any:
+    """Pallas' TPU interpreter set to act like the hardware where it matters for correctness."""
+    return pltpu.InterpretParams(out_of_bounds_reads="raise", uninitialized_memory="nan",
+                                 detect_races=True)
 
 
 def jax_function(gen: Generated, interpret: Any = True) -> Callable[..., Any]:

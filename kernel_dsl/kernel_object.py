@@ -9,8 +9,17 @@ from typing import Any, Callable
 import torch
 
 from . import dtypes, lowering
+from .check import CheckReport
 from .config import Config, ConfigSpace
-from .errors import ArgumentError, DTypeError, KernelError, KernelSyntaxError, SourceLoc
+from .errors import (
+    ArgumentError,
+    BackendError,
+    ConfigError,
+    DTypeError,
+    KernelError,
+    KernelSyntaxError,
+    SourceLoc,
+)
 from .ir import KernelIR
 from .ir_verify import verify
 from .torch_ops import make_ops
@@ -19,6 +28,8 @@ from .tracing import ShapeOnly, Tracer, is_machinery, run_traced, user_loc
 
 _backend_stack: list[str] = []  # `with kd.backend(...)`; a plain global so Dynamo can read it
 _ENV_BACKEND = os.environ.get("KD_BACKEND")
+_faithful_stack: list[bool] = []
+_ENV_FAITHFUL = os.environ.get("KD_INTERPRET", "") == "faithful"
 _SCALARS = (int, float, bool)
 
 
@@ -35,6 +46,28 @@ class backend:
 
     def __exit__(self, *exc: object) -> None:
         _backend_stack.pop()
+
+
+class interpret_mode:
+    """`with kd.interpret_mode("faithful"):` (or `KD_INTERPRET=faithful`) runs CPU interpreters
+    like the hardware: out-of-bounds reads raise, new memory is NaN, races are reported. Slower
+    (~10x per grid step); `"fast"` is the default."""
+
+    def __init__(self, mode: str):
+        if mode not in ("fast", "faithful"):
+            raise ConfigError(f"interpret mode {mode!r}", user_loc(), "use 'fast' or 'faithful'")
+        self.faithful = mode == "faithful"
+
+    def __enter__(self) -> "interpret_mode":
+        _faithful_stack.append(self.faithful)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _faithful_stack.pop()
+
+
+def _faithful() -> bool:
+    return _faithful_stack[-1] if _faithful_stack else _ENV_FAITHFUL
 
 
 def _arg_kind(p: inspect.Parameter) -> str:
@@ -220,14 +253,15 @@ class Kernel:
     def compiled(self, backend_name: str, args: tuple[Any, ...],
                  config: Config | None = None) -> Callable[..., tuple[torch.Tensor, ...]]:
         """The CPU runner for these arguments, built once per (backend, shapes, dtypes, config)."""
-        key = (backend_name, config) + self.arg_key(args)
+        faithful = _faithful()
+        key = (backend_name, config, faithful) + self.arg_key(args)
         fn = self._compiled.get(key)
         if fn is None:
             be = lowering.get(backend_name)
             ir = self.ir(*args)
             gen = be.render(ir, self._config_for(ir, be.name, be.cpu_target, config), be.cpu_target)
             self.stats["renders"] += 1
-            fn = be.compile(gen, ir)
+            fn = be.compile(gen, ir, faithful=True) if faithful else be.compile(gen, ir)
             self.stats["compiles"] += 1
             self._compiled[key] = fn
         return fn
@@ -235,7 +269,7 @@ class Kernel:
     def run_cpu(self, backend_name: str, args: tuple[Any, ...],
                 config: Config | None = None) -> list[torch.Tensor]:
         """Runs on CPU tensors; the body of the CPU custom ops."""
-        fn = self._compiled.get((backend_name, config) + self.arg_key(args))
+        fn = self._compiled.get((backend_name, config, _faithful()) + self.arg_key(args))
         if fn is None:
             fn = self.compiled(backend_name, args, config)
         tensors = [a if a.is_contiguous() else a.contiguous()
@@ -247,6 +281,26 @@ class Kernel:
         with ShapeOnly():
             out = self.fn(*args)
         return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def check(self, *args: Any, targets: list[str] | None = None, config: Config | None = None,
+              backend: str = "pallas", timeout: float = 300.0,
+              measure_vmem: bool = True) -> CheckReport:
+        """Compiles for real targets with the backend's own toolchain (no hardware needed): one
+        entry per target with status, error class, VMEM used and limit, compile seconds."""
+        be = lowering.get(backend)
+        checker = getattr(be, "check", None)
+        if checker is None:
+            raise BackendError(f"backend {backend!r} has no compile check", user_loc(),
+                               "check TPU kernels with backend='pallas'")
+        targets = list(targets or be.targets)
+        unknown = [t for t in targets if t not in be.targets]
+        if unknown:
+            raise ArgumentError(f"unknown targets {unknown} for backend {backend!r}", user_loc(),
+                                f"targets: {', '.join(be.targets)}")
+        ir = self.ir(*args)
+        gens = [be.render(ir, self._config_for(ir, be.name, t, config), t) for t in targets]
+        shapes = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ir.inputs)
+        return CheckReport(self.name, shapes, checker(ir, gens, timeout, measure_vmem))
 
     @property
     def jax(self) -> Any:

@@ -1,0 +1,184 @@
+"""HBM <-> SBUF: loads and stores as `nisa.dma_copy` with `min()`-clamped edge slices, and the
+initial fill of outputs the host code made with torch.zeros/full.
+
+A tile index with block size 1 becomes an int index (the dim drops out of the HBM view, as it
+drops out of the on-chip tile); other tiles become `t0:t0 + n_t`. The on-chip side of a ragged
+block is sliced to the same in-range counts, so the element counts match and out-of-range lanes
+are never read from or written to HBM.
+"""
+from __future__ import annotations
+
+from ...ir import Index, Op, TensorParam, TileVar
+from .names import BYTES, NL_DTYPE, lit, shape
+from .targets import PMAX
+from .writer import Tile, Writer, at
+
+INIT_COLS = 2048  # free size of the tile that fills an initialized output
+
+
+def hbm_view(w: Writer, p: TensorParam, index: tuple[Index, ...],
+             override: dict[int, str] | None = None) -> str:
+    parts = []
+    for axis, (ix, n) in enumerate(zip(index, p.shape)):
+        if override and axis in override:
+            parts.append(override[axis])
+        elif ix.kind == "int":
+            parts.append(str(ix.value))
+        elif ix.kind == "full":
+            parts.append(":")
+        else:
+            t = ix.tile
+            assert t is not None
+            if w.eb(t) == 1:
+                parts.append(w.begin(t))
+            else:
+                parts.append(f"{w.begin(t)}:{w.begin(t)} + {w.count(t)}")
+    return f"{w.pname(p)}[{', '.join(parts)}]"
+
+
+def sbuf_view(w: Writer, tile: Tile) -> str:
+    """The in-range part of a tile: ragged tile dims sliced to their counts."""
+    parts = []
+    ragged = False
+    for d in tile.dims:
+        if isinstance(d, TileVar) and w.ragged(d):
+            parts.append(f"0:{w.count(d)}")
+            ragged = True
+        else:
+            parts.append(":")
+    return f"{tile.name}[{', '.join(parts)}]" if ragged else tile.name
+
+
+def load(w: Writer, op: Op) -> None:
+    v = op.result
+    p: TensorParam = op.attrs["tensor"]
+    c = w.core(v)
+    o = w.orient[v.id]
+    if c.sizes[0] > PMAX and min(c.sizes) > 1:
+        w.lazy[v.id] = RowBlocks(w, op)  # loaded in row blocks where a consumer needs it
+        w.slots[v.id] = w.em.slot()
+        return
+    if min(c.sizes) > 1 and o != "N":  # a 2-D DMA keeps HBM's row-major order: rows on partitions
+        raise AssertionError("layout inference loads 2-D tiles rows-on-partitions")
+    tile = w.new_result(v, f"{p.name}_{v.id}")
+    edges = [d for d in tile.dims if isinstance(d, TileVar) and w.ragged(d)]
+    if edges and w.target.gen == 2 and v.dtype in ("f32", "bf16", "f16"):
+        # NeuronCore-v2 transposes on TensorE as a matmul with the identity, where NaN/Inf in
+        # one lane reaches every lane: keep the lanes past a ragged edge finite
+        cond = " or ".join(f"{w.count(d)} < {w.eb(d)}" for d in edges)
+        w.em.open(f"if {cond}:", comment="trn1: lanes past the edge must not be NaN/Inf")
+        w.line(f"nisa.memset(dst={tile.name}, value=0.0)")
+        w.em.close()
+    w.line(f"nisa.dma_copy(dst={sbuf_view(w, tile)}, src={hbm_view(w, p, op.attrs['index'])})")
+    w.define(v, tile)
+
+
+class RowBlocks:
+    """A load with more than 128 rows (a whole dim of an input, e.g. `y[:, tn]` with K = 4096):
+    DMA'd in blocks of 128 rows into one (128, blocks, F) tile, the canonical NKI layout of a
+    matmul's moving operand; a consumer that needs it transposed gets (F, rows) built from the
+    blocks with TensorE transposes. Written once, where the load was."""
+
+    def __init__(self, w: Writer, op: Op):
+        self.w, self.op = w, op
+        self.v = op.result
+        c = w.core(self.v)
+        self.rows, self.cols = c.sizes
+        self.free_dim = c.dims[1]
+        self.row_axis = c.axes[0]
+        self.tile: Tile | None = None
+
+    def row_ranges(self) -> list[tuple[int, int]]:
+        return [(r0, min(PMAX, self.rows - r0)) for r0 in range(0, self.rows, PMAX)]
+
+    def blocks(self) -> Tile:
+        """The (128, blocks, F) tile (F = the free size), loaded block by block."""
+        if self.tile is not None:
+            return self.tile
+        w, op = self.w, self.op
+        p: TensorParam = op.attrs["tensor"]
+        index = list(op.attrs["index"])
+        row_ix = index[self.row_axis]  # type: ignore[index]
+        if row_ix.kind != "full":
+            w.too_big(row_ix.tile, self.rows, "on partitions", PMAX)
+        n = len(self.row_ranges())
+        name = w.fresh(f"{p.name}_{self.v.id}")
+        with at(w, self.v):
+            w.loc = op.loc
+            w.line(f"{name} = nl.ndarray(({PMAX}, {n}, {self.cols}), dtype={NL_DTYPE[self.v.dtype]}, "
+                   "buffer=nl.sbuf)", comment=f"{self.rows} rows in blocks of {PMAX}")
+            w.sbuf_estimate += 2 * n * self.cols * BYTES[self.v.dtype]
+            w.role(self.free_dim, "free")
+            cols = ":"
+            if isinstance(self.free_dim, TileVar) and w.ragged(self.free_dim):
+                cols = f"0:{w.count(self.free_dim)}"
+            for j, (r0, rows) in enumerate(self.row_ranges()):
+                src = hbm_view(w, p, tuple(index), {self.row_axis: f"{r0}:{r0 + rows}"})
+                w.line(f"nisa.dma_copy(dst={name}[0:{rows}, {j}, {cols}], src={src})")
+        self.tile = Tile(name, (PMAX, n * self.cols), self.v.dtype)
+        return self.tile
+
+    def chunks(self) -> list[tuple[str, int]]:
+        """(view, rows) per row block, for a matmul contracting over the rows."""
+        name = self.blocks().name
+        return [(f"{name}[0:{rows}, {j}, :]", rows) for j, (_, rows) in enumerate(self.row_ranges())]
+
+    def transposed(self) -> Tile:
+        """(F, rows): the rows on the free axis."""
+        w = self.w
+        blocks = self.blocks()
+        if self.cols > PMAX:
+            w.too_big(self.free_dim, self.cols, "on partitions (for a transpose)", PMAX)
+        with at(w, self.v):
+            out = Tile(w.fresh(f"{blocks.name}_T"), (self.cols, self.rows), self.v.dtype,
+                       (self.free_dim, None))
+            w.alloc(out.name, out.phys, out.dtype, dims=out.dims)
+            for j, (r0, rows) in enumerate(self.row_ranges()):
+                ps = w.alloc("psum_t", (self.cols, rows), self.v.dtype, "psum")
+                w.line(f"nisa.nc_transpose(dst={ps}, data={blocks.name}[0:{rows}, {j}, :])")
+                w.line(f"nisa.tensor_copy(dst={out.name}[:, {r0}:{r0 + rows}], src={ps})")
+        return out
+
+
+def store(w: Writer, op: Op) -> None:
+    x = op.operands[0]
+    p: TensorParam = op.attrs["tensor"]
+    c = w.core(x)
+    o = "N" if min(c.sizes) > 1 else w.orient.get(x.id, "N")
+    tile = w.get(x, o)
+    w.line(f"nisa.dma_copy(dst={hbm_view(w, p, op.attrs['index'])}, src={sbuf_view(w, tile)})")
+
+
+def init_outputs(w: Writer) -> None:
+    """Outputs made with torch.zeros/ones/full start with their fill value in HBM: a memset tile
+    DMA'd over every row block (before any store)."""
+    for p in w.ir.outputs:
+        if p.init is None:
+            continue
+        dims = list(p.shape)
+        rows = dims[-2] if len(dims) >= 2 else 1
+        cols = dims[-1]
+        pr, fc = min(rows, 128), min(cols, INIT_COLS)
+        name = w.fresh(f"{w.pname(p)}_init")
+        value = lit(float(p.init)) if p.dtype in ("f32", "bf16", "f16") else str(int(p.init))
+        w.em.line(f"{name} = nl.ndarray({shape((pr, fc))}, dtype={NL_DTYPE[p.dtype]}, "
+                  "buffer=nl.sbuf)", comment=f"`{p.name}` starts as {value} (host code)")
+        w.em.line(f"nisa.memset(dst={name}, value={value})")
+        lead = [f"i{k}" for k in range(len(dims) - 2)]
+        for k, n in enumerate(dims[:-2]):
+            w.em.open(f"for {lead[k]} in range({n}):")
+        idx = list(lead)
+        if len(dims) >= 2:
+            w.em.open(f"for r0 in range(0, {rows}, {pr}):")
+        w.em.open(f"for c0 in range(0, {cols}, {fc}):")
+        if len(dims) >= 2:
+            idx.append(f"r0:r0 + min({pr}, {rows} - r0)")
+        idx.append(f"c0:c0 + min({fc}, {cols} - c0)")
+        src_rows = f"0:min({pr}, {rows} - r0)" if len(dims) >= 2 else "0:1"
+        w.em.line(f"nisa.dma_copy(dst={w.pname(p)}[{', '.join(idx)}], "
+                  f"src={name}[{src_rows}, 0:min({fc}, {cols} - c0)])")
+        for _ in range(len(dims) - 2 + (2 if len(dims) >= 2 else 1)):
+            w.em.close()
+
+
+RULES = {"load": load, "store": store}

@@ -1,0 +1,50 @@
+"""The Triton backend: NVIDIA GPU kernels, run on CPU through Triton's interpreter.
+
+Importing this package does not import Triton: every kernel gets a CPU custom op per backend at
+decoration, and Triton (with its interpreter switch) is only loaded when a kernel first runs.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ...config import Config, ConfigSpace
+from ...ir import KernelIR
+from .. import Generated
+from .render import render as _render
+from .space import config_space, default_config
+
+
+class TritonBackend:
+    name = "triton"
+    cpu_target = "cpu"
+    targets = ("cuda",)  # compile targets (`kernel.check`); render also takes cpu_target
+
+    def default_config(self, ir: KernelIR, target: str) -> Config:
+        return default_config(ir, target)
+
+    def config_space(self, ir: KernelIR, target: str) -> ConfigSpace:
+        return config_space(ir, target)
+
+    def render(self, ir: KernelIR, config: Config, target: str) -> Generated:
+        return _render(ir, config, target)
+
+    def compile(self, gen: Generated, ir: KernelIR) -> Callable[..., Any]:
+        from .runner import compile_for_torch  # imports triton: only when a kernel runs
+
+        return compile_for_torch(gen, interpret=True)
+
+    def verify(self, gen: Generated, arch: int = 90) -> dict[str, Any]:
+        """Compiles `gen` for a real NVIDIA GPU, sm_<arch> (no GPU needed); see check.py."""
+        from .check import compile_for_gpu  # imports triton: only when checking
+
+        return compile_for_gpu(gen, arch)
+
+    def check(self, ir: KernelIR, gens: list[Generated], timeout: float,
+              measure_vmem: bool) -> list[Any]:
+        """`kernel.check(..., backend="triton")`: compile-only for sm_90, one entry per target."""
+        from .check import check_entries
+
+        return check_entries(gens)
+
+
+BACKEND = TritonBackend()

@@ -1,0 +1,187 @@
+"""Triton spellings of the IR's dtypes, literals and elementwise ops, and the helper functions the
+generated source defines where an op has no `tl` builtin that works in the interpreter too.
+
+Float math builtins (`tl.exp`, `tl.log`, ...) accept only f32, so 16-bit floats are computed in
+f32 and rounded back, as PyTorch does. `tl.maximum` and the float reductions propagate NaN as
+`torch.maximum`/`amax` do (Triton's default drops NaN).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TL = {"f32": "tl.float32", "bf16": "tl.bfloat16", "f16": "tl.float16", "i32": "tl.int32",
+      "i16": "tl.int16", "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1"}
+TORCH = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16",
+         "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8",
+         "bool": "torch.bool"}
+SIG = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32", "i16": "i16", "i8": "i8",
+       "u8": "u8", "bool": "i1"}  # pointer element types in a Triton kernel signature
+FLOATS = ("f32", "bf16", "f16")
+HALF = ("bf16", "f16")
+# ops whose builtin takes f32 only: 16-bit inputs go through f32
+F32_ONLY = {"exp": "tl.exp({})", "exp2": "tl.exp2({})", "log": "tl.log({})",
+            "sqrt": "tl.sqrt_rn({})", "rsqrt": "tl.rsqrt({})", "tanh": "_tanh({})",
+            "sigmoid": "tl.sigmoid({})", "sin": "tl.sin({})", "cos": "tl.cos({})",
+            "erf": "tl.erf({})", "pow": "_pow({}, {})"}
+UNARY = {"abs": "tl.abs({})", "neg": "-{}", "not": "({} == 0)", "relu": "tl.where({0} < 0, 0, {0})"}
+BINARY = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}",
+          "and": "{} & {}", "or": "{} | {}", "lt": "{} < {}", "le": "{} <= {}", "gt": "{} > {}",
+          "ge": "{} >= {}", "eq": "{} == {}", "ne": "{} != {}"}
+INT_LIMITS = {"i32": (-2**31, 2**31 - 1), "i16": (-2**15, 2**15 - 1), "i8": (-128, 127),
+              "u8": (0, 255), "bool": (0, 1)}
+
+HELPERS = {
+    "_maximum": '''
+@triton.jit
+def _maximum(a, b):
+    """torch.maximum: NaN wins (tl.maximum's default lets the other operand win)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_minimum": '''
+@triton.jit
+def _minimum(a, b):
+    """torch.minimum: NaN wins."""
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_amax": '''
+@triton.jit
+def _amax(x, axis: tl.constexpr, keep_dims: tl.constexpr):
+    """torch.amax: tl.max skips NaN; a NaN anywhere along the axis makes the result NaN."""
+    r = tl.max(x, axis=axis, keep_dims=keep_dims)
+    nan = tl.max((x != x).to(tl.int32), axis=axis, keep_dims=keep_dims)
+    return tl.where(nan != 0, float("nan"), r)
+''',
+    "_amin": '''
+@triton.jit
+def _amin(x, axis: tl.constexpr, keep_dims: tl.constexpr):
+    """torch.amin: tl.min skips NaN; a NaN anywhere along the axis makes the result NaN."""
+    r = tl.min(x, axis=axis, keep_dims=keep_dims)
+    nan = tl.max((x != x).to(tl.int32), axis=axis, keep_dims=keep_dims)
+    return tl.where(nan != 0, float("nan"), r)
+''',
+    "_to_bf16": '''
+@triton.jit
+def _to_bf16(x):
+    """f32 -> bf16 rounding to nearest even on the bits (the interpreter's cast truncates)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    r = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return tl.where(x != x, float("nan"), r)
+''',
+    "_tanh": '''
+@triton.jit
+def _tanh(x):
+    """tanh in f32 from exp; a short Taylor series near 0, where 1 - exp(-2|x|) cancels."""
+    ax = tl.abs(x)
+    e = tl.exp(-2.0 * ax)
+    far = (1.0 - e) / (1.0 + e)
+    x2 = ax * ax
+    near = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+    t = tl.where(ax < 0.0625, near, far)
+    return tl.where(x < 0, -t, t)
+''',
+    "_pow": '''
+@triton.jit
+def _pow(a, b):
+    """torch.pow for f32: exp2(b * log2|a|), with the sign of odd integer powers of a < 0."""
+    r = tl.exp2(b * tl.log2(tl.abs(a)))
+    bi = tl.floor(b)
+    odd = (bi == b) & (bi - 2.0 * tl.floor(0.5 * bi) == 1.0)
+    r = tl.where(a < 0, tl.where(bi == b, tl.where(odd, -r, r), float("nan")), r)
+    return tl.where(b == 0, 1.0, r)
+''',
+}
+
+
+def lit(x: Any) -> str:
+    """A Python literal the Triton frontend accepts (also inf and nan)."""
+    if isinstance(x, bool):
+        return repr(x)
+    if isinstance(x, float):
+        if math.isinf(x):
+            return 'float("-inf")' if x < 0 else 'float("inf")'
+        if math.isnan(x):
+            return 'float("nan")'
+    return repr(x)
+
+
+def fill_lit(value: Any, dtype: str) -> str:
+    """A fill value as a literal of `dtype`'s kind (a float literal would promote an int tile)."""
+    if dtype in FLOATS:
+        return lit(float(value))
+    if isinstance(value, float) and math.isinf(value):
+        lo, hi = INT_LIMITS[dtype]
+        return str(lo if value < 0 else hi)
+    return str(int(value))
+
+
+def identity(op: str, dtype: str) -> str:
+    """The value a padded lane must hold so that a reduction ignores it."""
+    if op == "sum":
+        return "0"
+    if dtype in FLOATS:
+        return lit(float("-inf") if op == "max" else float("inf"))
+    lo, hi = INT_LIMITS[dtype]
+    return str(lo if op == "max" else hi)
+
+
+def up(x: str, dtype: str) -> str:
+    """`x` widened to f32 when it is a 16-bit float."""
+    return f"{x}.to(tl.float32)" if dtype in HALF else x
+
+
+def narrow(x: str, dst: str, cpu: bool, helpers: set[str]) -> str:
+    """An f32 expression converted to `dst`, rounding to nearest even. The interpreter's own
+    f32 -> bf16 conversion truncates, so CPU kernels round through `_to_bf16`."""
+    if dst == "bf16" and cpu:
+        helpers.add("_to_bf16")
+        return f"_to_bf16({x})"
+    return f"{x}.to({TL[dst]})" if dst != "f32" else x
+
+
+def elementwise(kind: str, ins: list[str], in_dtype: str, out_dtype: str, cpu: bool,
+                helpers: set[str]) -> str | None:
+    """The expression of an elementwise op, or None when `kind` is not elementwise.
+
+    16-bit floats are computed in f32 and rounded once per op, which is what PyTorch does; it is
+    also the only way the interpreter gets them right (NumPy has no bf16: it holds the bits)."""
+    if in_dtype in HALF and kind not in ("abs", "not", "and", "or"):
+        e = elementwise(kind, [up(x, in_dtype) for x in ins], "f32",
+                        "bool" if out_dtype == "bool" else "f32", cpu, helpers)
+        return e if e is None or out_dtype == "bool" else narrow(f"({e})", out_dtype, cpu, helpers)
+    if kind in F32_ONLY:
+        if kind in ("tanh", "pow"):
+            helpers.add(f"_{kind}")
+        if in_dtype == "f32":
+            return F32_ONLY[kind].format(*ins)
+        e = F32_ONLY[kind].format(*[f"{x}.to(tl.float32)" for x in ins])
+        if kind == "pow":  # integer powers: exact results come back as 7.99..., round them
+            e = f"tl.floor({e} + 0.5)"
+        return f"{e}.to({TL[out_dtype]})"
+    if kind in UNARY:
+        return UNARY[kind].format(*ins)
+    if kind in ("max", "min"):
+        if in_dtype == "f32":
+            helpers.add(f"_{kind}imum")
+            return f"_{kind}imum({ins[0]}, {ins[1]})"
+        return f"tl.{kind}imum({ins[0]}, {ins[1]})"
+    if kind == "div" and in_dtype != "f32":
+        return f"({ins[0]}.to(tl.float32) / {ins[1]}.to(tl.float32)).to({TL[out_dtype]})"
+    if kind in BINARY:
+        return BINARY[kind].format(*ins)
+    return None
+
+
+def cast(x: str, src: str, dst: str, cpu: bool, helpers: set[str]) -> str:
+    """`x.to(dst)`; a 16-bit float to or from a non-float goes through f32 (the interpreter
+    converts only between float types correctly), and bf16 results round to nearest even."""
+    if src == dst:
+        return x
+    if src in HALF and dst not in FLOATS:
+        return f"{x}.to(tl.float32).to({TL[dst]})"
+    if dst == "bf16":
+        return narrow(up(x, src) if src in FLOATS else f"{x}.to(tl.float32)", dst, cpu, helpers)
+    if dst in HALF and src not in FLOATS:
+        return f"{x}.to(tl.float32).to({TL[dst]})"
+    return f"{x}.to({TL[dst]})"

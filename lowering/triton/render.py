@@ -1,0 +1,461 @@
+"""Renders the tile IR as readable, standalone `@triton.jit` source plus a torch launcher.
+
+One program per grid point: the grid tiles are flattened into `tl.program_id(0)` (CUDA limits
+the second and third grid axes to 65535 programs). Each tile has `offs_<t>` (its lanes' global
+indices) and, where some lanes are out of range, `mask_<t>`. Loads are masked with `other=0`,
+stores are masked, and sequential `kd.tile` loops are Python `for` loops whose carried values are
+plain variables reassigned at the end of the body (Triton turns them into `scf.for` iter args).
+Sizes and strides are literals: a kernel is rendered per specialization, so Triton sees
+constants and can vectorize without hints. layout.py decides every dim's lanes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...config import Config, block_values, is_ragged
+from ...dtypes import IR_TO_TORCH
+from ...errors import BackendError, ConfigError
+from ...ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
+from .. import Generated
+from .exprs import HELPERS, SIG, TL, TORCH, cast, elementwise, fill_lit, identity, lit, narrow, up
+from .layout import MAX_NUMEL, MIN_DOT, Layout, make_layout, max_numel
+from .space import check_knobs
+
+INT32_MAX = 2**31 - 1
+
+
+def expand(expr: str, pos: int, rank: int) -> str:
+    """`expr` (1-D) placed at axis `pos` of a rank-`rank` value: `x[None, :]`."""
+    if rank <= 1:
+        return expr
+    return f"{expr}[{', '.join(':' if i == pos else 'None' for i in range(rank))}]"
+
+
+def shape_list(xs: list[int]) -> str:
+    return "[" + ", ".join(str(x) for x in xs) + "]"
+
+
+class _Emitter:
+    def __init__(self, indent: int = 1) -> None:
+        self.lines: list[str] = []
+        self.indent = indent
+        self._last_loc: tuple[str, int] | None = None
+
+    def line(self, text: str, op: Op | None = None) -> None:
+        comment = ""
+        if op is not None and op.loc is not None:
+            key = (op.loc.file, op.loc.line)
+            if key != self._last_loc:
+                comment = f"  # src: {op.loc.short()}"
+                self._last_loc = key
+        self.lines.append("    " * self.indent + text + comment)
+
+
+class _KernelWriter:
+    """Writes the kernel body; knows which Python name holds each IR value."""
+
+    def __init__(self, ir: KernelIR, layout: Layout, target: str):
+        self.ir = ir
+        self.target = target
+        self.cpu = target == "cpu"  # Triton's interpreter: bf16 needs care (exprs.py)
+        self.lay = layout
+        self.em = _Emitter()
+        self.names: dict[int, str] = {}
+        self.helpers: set[str] = set()
+        self.full_dims: set[int] = set()  # ints with `offs_<n>`/`mask_<n>` at the kernel top
+
+    # -- names of offsets and masks ------------------------------------------------------------
+    def n(self, v: Value) -> str:
+        return self.names[v.id]
+
+    def offs(self, d: Dim) -> str:
+        if isinstance(d, TileVar):
+            return f"offs_{d!r}"
+        self.full_dims.add(d)
+        return f"offs_{d}"
+
+    def mask(self, d: Dim) -> str | None:
+        """The name of `d`'s in-range mask, or None when every lane is in range."""
+        if not self.lay.masked(d):
+            return None
+        if isinstance(d, TileVar):
+            return f"mask_{d!r}"
+        self.full_dims.add(d)
+        return f"mask_{d}"
+
+    def tile_header(self, t: TileVar, index: str) -> None:
+        """`offs_t` and `mask_t` for tile `t`, whose block index is the variable `index`."""
+        eb, lanes = self.lay.eb(t), self.lay.lanes(t)
+        start = "" if self.lay.nb(t) == 1 else f"{index} + " if eb == 1 else f"{index} * {eb} + "
+        self.em.line(f"offs_{t!r} = {start}tl.arange(0, {lanes})")
+        conds = []
+        if lanes > eb and self.lay.nb(t) > 1:  # lanes past the block belong to the next one
+            conds.append(f"(tl.arange(0, {lanes}) < {eb})")
+        if is_ragged(t, self.lay.blocks) or (lanes > eb and self.lay.nb(t) == 1):
+            conds.append(f"(offs_{t!r} < {t.extent})")
+        if conds:
+            self.em.line(f"mask_{t!r} = {' & '.join(conds)}")
+
+    def begin(self, t: TileVar) -> str:
+        return f"i_{t!r} * {self.lay.eb(t)}"
+
+    def bind(self, v: Value, expr: str, op: Op | None) -> None:
+        name = f"v{v.id}"
+        self.names[v.id] = name
+        self.em.line(f"{name} = {expr}", op)
+
+    # -- memory ----------------------------------------------------------------------------------
+    def address(self, p: TensorParam, index: tuple[Index, ...]) -> tuple[str, str | None]:
+        """(pointer expression, mask expression or None) of `p[index]`."""
+        rank = sum(1 for ix in index if ix.kind != "int")
+        wide = _numel(p.shape) > INT32_MAX  # offsets past 2**31 need int64 arithmetic
+        terms: list[str] = []
+        masks: list[str] = []
+        const = 0
+        pos = 0
+        for axis, ix in enumerate(index):
+            stride = _numel(p.shape[axis + 1:])
+            if ix.kind == "int":
+                const += ix.value * stride
+                continue
+            d: Dim = ix.tile if ix.kind == "tile" else p.shape[axis]  # type: ignore[assignment]
+            o = expand(self.offs(d), pos, rank)
+            if wide:
+                o = f"{o}.to(tl.int64)"
+            terms.append(o if stride == 1 else f"{o} * {stride}")
+            m = self.mask(d)
+            if m is not None:
+                masks.append(expand(m, pos, rank))
+            pos += 1
+        if const:
+            terms.append(str(const))
+        ptr = f"{p.name}_ptr" + "".join(f" + {t}" for t in terms)
+        return ptr, (" & ".join(masks) if masks else None)
+
+    def load(self, op: Op) -> str:
+        ptr, mask = self.address(op.attrs["tensor"], op.attrs["index"])
+        return f"tl.load({ptr}, mask={mask}, other=0)" if mask else f"tl.load({ptr})"
+
+    def store(self, op: Op) -> None:
+        ptr, mask = self.address(op.attrs["tensor"], op.attrs["index"])
+        m = f", mask={mask}" if mask else ""
+        self.em.line(f"tl.store({ptr}, {self.n(op.operands[0])}{m})", op)
+
+    # -- ops -----------------------------------------------------------------------------------
+    def op(self, op: Op) -> None:
+        k, a = op.kind, op.attrs
+        if k == "loop":
+            return self.loop(op)
+        if k == "store":
+            return self.store(op)
+        ins = [self.n(v) for v in op.operands]
+        r = op.result
+        lay = self.lay
+        if k == "load":
+            expr = self.load(op)
+        elif k == "const":
+            expr = f"tl.full([], {lit(rounded(a['value'], r.dtype))}, {TL[r.dtype]})"
+        elif k == "full":
+            expr = (f"tl.full({shape_list(lay.shape(a['shape']))}, "
+                    f"{lit(rounded(a['value'], r.dtype))}, {TL[r.dtype]})")
+        elif k == "iota":
+            expr = self.offs(a["tile"])
+        elif k == "tile_begin":
+            expr = f"tl.cast({self.begin(a['tile'])}, tl.int32)"
+        elif k == "tile_id":
+            expr = f"tl.cast(i_{a['tile']!r}, tl.int32)"
+        elif k == "tile_size":
+            expr = f"tl.full([], {lay.eb(a['tile'])}, tl.int32)"
+        elif k == "tile_count":
+            t = a["tile"]
+            expr = f"tl.minimum(tl.cast({lay.eb(t)}, tl.int32), {t.extent} - {self.begin(t)})"
+        elif k == "where":
+            expr = f"tl.where({ins[0]}, {ins[1]}, {ins[2]})"
+        elif k == "cast":
+            expr = cast(ins[0], op.operands[0].dtype, a["dtype"], self.cpu, self.helpers)
+        elif k == "reduce":
+            expr = self.reduce(op, ins[0])
+        elif k == "dot":
+            return self.dot(op, ins)
+        elif k == "expand_dims":
+            expr = f"tl.expand_dims({ins[0]}, {a['axis']})"
+        elif k == "transpose":
+            perm = list(range(r.rank))
+            perm[-2:] = perm[-1], perm[-2]
+            expr = f"tl.trans({ins[0]})" if r.rank == 2 else f"tl.permute({ins[0]}, {tuple(perm)})"
+        elif k == "broadcast":
+            expr = f"tl.broadcast_to({ins[0]}, {shape_list(lay.shape(a['shape']))})"
+        elif k == "pad_fill":
+            t = a["tile"]
+            m = self.mask(t)
+            if m is None:  # every lane in range under this config: nothing to fill
+                self.names[r.id] = ins[0]
+                return
+            expr = f"tl.where({expand(m, a['axis'], r.rank)}, {ins[0]}, {fill_lit(a['fill'], r.dtype)})"
+        else:
+            src = op.operands[0].dtype if op.operands else r.dtype
+            e = elementwise(k, ins, src, r.dtype, self.cpu, self.helpers)
+            if e is None:  # the verifier knows every op; reaching here is a renderer gap
+                raise NotImplementedError(f"triton renderer has no rule for `{k}`")
+            expr = e
+        self.bind(r, expr, op)
+
+    def fill_padding(self, x: str, v: Value, axis: int, fill: str) -> str:
+        """Padded lanes of an int dim (a `:` axis of 1000 held in 1024 lanes) become `fill`."""
+        d = v.shape[axis]
+        m = None if isinstance(d, TileVar) else self.mask(d)
+        return x if m is None else f"tl.where({expand(m, axis, v.rank)}, {x}, {fill})"
+
+    def reduce(self, op: Op, x: str) -> str:
+        a, src, r = op.attrs, op.operands[0], op.result
+        axis, keep = a["axis"], a["keepdim"]
+        x = self.fill_padding(x, src, axis, identity(a["op"], src.dtype))
+        kd = ", keep_dims=True" if keep else ""
+        if a["op"] == "sum":
+            expr = f"tl.sum({x}, axis={axis}{kd})"
+        elif src.dtype in ("f32", "bf16", "f16"):
+            fn = f"_a{a['op']}"
+            self.helpers.add(fn)
+            expr = f"{fn}({up(x, src.dtype)}, {axis}, {keep})"
+        else:
+            expr = f"tl.{a['op']}({x}, axis={axis}{kd})"
+        if src.dtype not in ("f32", "i32") or r.dtype != src.dtype:  # tl.sum/max widen small types
+            expr = narrow(expr, r.dtype, self.cpu, self.helpers) if r.dtype in ("bf16", "f16") \
+                else f"{expr}.to({TL[r.dtype]})"
+        return expr
+
+    def dot(self, op: Op, ins: list[str]) -> None:
+        """`a @ b` over the last two dims, f32 accumulation; batch dims of 1 reshaped away."""
+        a, b = op.operands[:2]
+        r = op.result
+        lay, em = self.lay, self.em
+        xa = self.fill_padding(ins[0], a, a.rank - 1, "0")  # padded K lanes must be 0 on
+        xb = self.fill_padding(ins[1], b, b.rank - 2, "0")  # both sides (0 * garbage = NaN)
+        la, lb = lay.shape(a.shape), lay.shape(b.shape)
+        m, k, n = la[-2], la[-1], lb[-1]
+        batch = _prod(la[:-2])
+        lead = [batch] if batch > 1 else []
+        if a.rank > 2 or xa != ins[0]:
+            em.line(f"v{r.id}_a = " + (f"tl.reshape({xa}, {shape_list(lead + [m, k])})"
+                                        if a.rank > 2 else xa), op)
+            xa = f"v{r.id}_a"
+        if b.rank > 2 or xb != ins[1]:
+            em.line(f"v{r.id}_b = " + (f"tl.reshape({xb}, {shape_list(lead + [k, n])})"
+                                        if b.rank > 2 else xb), op)
+            xb = f"v{r.id}_b"
+        if a.dtype != b.dtype or a.dtype not in ("f32", "bf16", "f16") or (
+                a.dtype == "bf16" and self.target == "cpu"):
+            # bf16 widened for the interpreter (NumPy has no bf16): exact, and the same f32
+            # accumulation of exact products as the tensor cores' bf16 dot
+            xa, xb = f"{xa}.to(tl.float32)", f"{xb}.to(tl.float32)"
+            in_dtype = "f32"
+        else:
+            in_dtype = a.dtype
+        acc = None
+        if len(op.operands) == 3:
+            acc = ins[2] if op.operands[2].dtype == "f32" else f"{ins[2]}.to(tl.float32)"
+            if r.rank > 2:
+                acc = f"tl.reshape({acc}, {shape_list(lead + [m, n])})"
+        if min(m, k, n) < MIN_DOT:  # a dim of 1 (`x[:, None]`): tl.dot needs 16; multiply-sum
+            c = len(lead)
+            pa = ", ".join([":"] * (c + 2) + ["None"])
+            pb = ", ".join([":"] * c + ["None"] + [":", ":"])
+            expr = (f"tl.sum({xa}.to(tl.float32)[{pa}] * {xb}.to(tl.float32)[{pb}], "
+                    f"axis={c + 1})")
+            if acc is not None:
+                expr = f"{acc} + {expr}"
+        else:
+            prec = ', input_precision="ieee"' if in_dtype == "f32" else ""  # no TF32: match torch
+            if acc is not None:
+                expr = f"tl.dot({xa}, {xb}, {acc}{prec})"
+            else:
+                expr = f"tl.dot({xa}, {xb}{prec}, out_dtype=tl.float32)"
+        if r.rank > 2:
+            expr = f"tl.reshape({expr}, {shape_list(lay.shape(r.shape))})"
+        if r.dtype != "f32":
+            expr = narrow(expr, r.dtype, self.cpu, self.helpers)
+        self.bind(r, expr, op)
+
+    def loop(self, op: Op) -> None:
+        """A sequential `kd.tile` loop: a `for` over its blocks; carried values reassigned."""
+        body = op.body
+        assert body is not None
+        t: TileVar = op.attrs["tile"]
+        em = self.em
+        args = [f"v{x.id}" for x in body.args]
+        for x in body.args:
+            self.names[x.id] = f"v{x.id}"
+        if args:
+            inits = ", ".join(self.n(v) for v in op.operands)
+            em.line(f"{', '.join(args)} = {inits}  # carried: "
+                    + ", ".join(x.hint or f"v{x.id}" for x in body.args), op)
+        em.line(f"for i_{t!r} in range({self.lay.nb(t)}):", op)
+        em.indent += 1
+        self.tile_header(t, f"i_{t!r}")
+        for o in body.ops:
+            self.op(o)
+        ys = [self.n(y) for y in body.yields]
+        if args and ys != args:
+            em.line(f"{', '.join(args)} = {', '.join(ys)}")
+        if not body.ops and not args:
+            em.line("pass")
+        em.indent -= 1
+        for res, x in zip(op.results, body.args):
+            self.names[res.id] = f"v{x.id}"
+
+
+def rounded(value: Any, dtype: str) -> Any:
+    """A float literal rounded to a 16-bit dtype as torch rounds it (nearest even), so that
+    no backend has to round it again."""
+    if dtype in ("bf16", "f16") and isinstance(value, float):
+        return float(torch.tensor(value, dtype=IR_TO_TORCH[dtype]))
+    return value
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _prod(xs: list[int]) -> int:
+    return _numel(xs)
+
+
+def make_layout_for(ir: KernelIR, config: Config) -> Layout:
+    """The layout of `config`, refused where a value exceeds what Triton can hold."""
+    layout = make_layout(ir, block_values(ir, config))
+    numel, where = max_numel(ir, layout)
+    if numel > MAX_NUMEL:
+        loc = where.op.loc if where is not None and where.op is not None else ir.loc
+        raise ConfigError(f"{config!r} gives a value of {numel} elements in one program; "
+                          f"Triton holds at most {MAX_NUMEL}", loc,
+                          "use smaller block sizes, or tile the `:` axes of large dims with "
+                          "`kd.tile` instead of loading them whole")
+    return layout
+
+
+def _split(w: _KernelWriter, pid: str, tiles: list[TileVar]) -> None:
+    """Row-major: the block index of each tile from `pid`, the last tile fastest."""
+    counts = [w.lay.nb(t) for t in tiles]
+    inner = _prod(counts)
+    for t, c in zip(tiles, counts):
+        inner //= c
+        if c == 1:
+            w.em.line(f"i_{t!r} = 0")
+        elif inner == 1:
+            w.em.line(f"i_{t!r} = {pid} % {c}")
+        elif t is tiles[0]:
+            w.em.line(f"i_{t!r} = {pid} // {inner}")
+        else:
+            w.em.line(f"i_{t!r} = {pid} // {inner} % {c}")
+
+
+def _grid_header(w: _KernelWriter, group: int) -> int:
+    """Block indices of the grid tiles from one flat program id; returns the program count.
+
+    With `group_m` > 1 the last two grid tiles are walked in groups of `group_m` rows, column by
+    column (Triton's matmul tutorial): programs running at the same time then share blocks of
+    both operands in L2 instead of streaming one operand whole."""
+    grid = w.ir.grid
+    counts = [w.lay.nb(t) for t in grid]
+    total = _prod(counts)
+    if len(counts) == 1:
+        w.em.line(f"i_{grid[0]!r} = tl.program_id(0)")
+    elif group <= 1 or counts[-1] == 1 or counts[-2] <= group:
+        w.em.line(f"pid = tl.program_id(0)  # {' x '.join(map(str, counts))} programs, "
+                  "the last tile fastest")
+        _split(w, "pid", grid)
+    else:
+        tm, tn = grid[-2:]
+        cm, cn = counts[-2:]
+        em = w.em
+        em.line(f"pid = tl.program_id(0)  # {' x '.join(map(str, counts))} programs; "
+                f"{tm!r} x {tn!r} in groups of {group} rows of tiles")
+        if len(grid) > 2:
+            _split(w, f"(pid // {cm * cn})", grid[:-2])
+            em.line(f"pid_mn = pid % {cm * cn}")
+        else:
+            em.line("pid_mn = pid")
+        em.line(f"first = pid_mn // {group * cn} * {group}")
+        em.line(f"rows = tl.minimum({cm} - first, {group})")
+        em.line(f"i_{tm!r} = first + pid_mn % rows")
+        em.line(f"i_{tn!r} = pid_mn % {group * cn} // rows")
+    for t in grid:
+        w.tile_header(t, f"i_{t!r}")
+    return total
+
+
+TARGETS = ("cuda", "cpu")
+
+
+def _launcher(ir: KernelIR, kname: str, programs: int, warps: int, stages: int) -> list[str]:
+    """The host function: allocates the outputs (filled first where the IR says `init`), launches
+    one program per grid point and returns the outputs the kernel returns."""
+    taken = {"torch", "triton", "tl", kname}
+    names = {p.name: p.name + "_" if p.name in taken else p.name for p in ir.params}
+    ins, outs = ir.inputs, ir.outputs
+    first = names[ins[0].name]
+    lines = [f"def {ir.name}({', '.join(names[p.name] for p in ins)}):",
+             f'    """{", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ins)} -> '
+             f'{", ".join(p.name for p in ir.returns)}, fresh tensors on the inputs\' device."""']
+    lines += [f"    {names[p.name]} = {names[p.name]}.contiguous()" for p in ins]
+    for p in outs:
+        shape, dt = tuple(p.shape), TORCH[p.dtype]
+        if p.init is None:
+            lines.append(f"    {names[p.name]} = torch.empty({shape}, dtype={dt}, device={first}.device)")
+        else:
+            init = p.init if p.dtype in ("f32", "bf16", "f16") else int(p.init)
+            lines.append(f"    {names[p.name]} = torch.full({shape}, {lit(init)}, dtype={dt}, "
+                         f"device={first}.device)")
+    args = ", ".join(names[p.name] for p in ins + outs)
+    rets = [names[p.name] for p in ir.returns]
+    lines += [f"    {kname}[({programs},)]({args}, num_warps={warps}, num_stages={stages})",
+              f"    return ({rets[0]},)" if len(rets) == 1 else f"    return ({', '.join(rets)})",
+              ""]
+    return lines
+
+
+def render(ir: KernelIR, config: Config, target: str) -> Generated:
+    """`target` "cuda" is the GPU kernel; "cpu" the same kernel for Triton's interpreter, except
+    that bf16 dot operands are widened to f32 there and bf16 results rounded by `_to_bf16` (the
+    interpreter's NumPy has no bf16 arithmetic and its f32 -> bf16 conversion truncates)."""
+    if target not in TARGETS:
+        raise BackendError(f"the triton backend has no target {target!r}", ir.loc,
+                           f"triton targets: {', '.join(TARGETS)}")
+    num_warps, num_stages, group = check_knobs(ir, config)
+    layout = make_layout_for(ir, config)
+    w = _KernelWriter(ir, layout, target)
+    programs = _grid_header(w, group)
+    header_end = len(w.em.lines)
+    for op in ir.body.ops:
+        w.op(op)
+    top = _Emitter()  # whole-axis offsets and masks, first needed anywhere in the body
+    for d in sorted(w.full_dims):
+        top.line(f"offs_{d} = tl.arange(0, {layout.lanes(d)})")
+        if layout.int_masked(d):
+            top.line(f"mask_{d} = offs_{d} < {d}")
+    body = w.em.lines[:header_end] + top.lines + w.em.lines[header_end:]
+    ins, outs = ir.inputs, ir.outputs
+    loc = ir.loc.short() if ir.loc else "?"
+    kname = f"{ir.name}_kernel"
+    how = ("on CPU tensors through Triton's interpreter (TRITON_INTERPRET=1 set before triton is "
+           "imported)" if target == "cpu" else "on CUDA tensors")
+    src = [f"# Generated by kernel_dsl from `{ir.name}` ({loc}) for target {target}.",
+           f"# {config!r}",
+           f"# Runs on its own: `{ir.name}(...)` {how}.",
+           "import torch", "import triton", "import triton.language as tl", ""]
+    for h in sorted(w.helpers):
+        src += [HELPERS[h].rstrip("\n"), ""]
+    src += ["", "@triton.jit", f"def {kname}({', '.join(f'{p.name}_ptr' for p in ins + outs)}):",
+            *body, "", ""]
+    src += _launcher(ir, kname, programs, num_warps, num_stages)
+    meta = {"kernel": kname, "grid": (programs,), "num_warps": num_warps,
+            "num_stages": num_stages,
+            "outputs": [(p.name, tuple(p.shape), p.dtype, p.init) for p in outs],
+            "returns": [outs.index(p) for p in ir.returns],
+            "signature": {f"{p.name}_ptr": f"*{SIG[p.dtype]}" for p in ins + outs}}
+    return Generated("triton", target, config, "\n".join(src), ir.name, meta)
