@@ -29,13 +29,12 @@ from .ir import KernelIR
 from .ir_printer import print_ir
 from .kernel_object import Kernel, backend, interpret_mode, kernel, tpu_kernel
 from .language import BlockSize, block_size, dot, full, specialize, tile, zeros
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
     "backend", "block_size", "dot", "full", "interpret_mode", "kernel", "print_ir", "specialize",
-    "tile", "tpu_kernel", "zeros",
+    "tile", "tpu_kernel", "zeros", "__version__",
 ]

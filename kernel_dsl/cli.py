@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 from typing import Any
 
 import torch
@@ -88,6 +89,28 @@ def cmd_check(ns: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_autotune(ns: argparse.Namespace) -> int:
+    k = load_kernel(ns.kernel)
+    args = parse_shapes(k, ns.shapes, ns.arg)
+    budget = float(ns.budget.rstrip("s"))
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        if not ns.json:
+            print(f"[{time.monotonic() - t0:6.1f}s / {budget:.0f}s] {msg}", file=sys.stderr,
+                  flush=True)
+
+    res = k.autotune(*args, target=ns.target, budget=budget, strategy=ns.strategy,
+                     backend=ns.backend, use_cache=not ns.no_cache, progress=progress)
+    print(res.to_json() if ns.json else res.table(top=ns.top))
+    if ns.plot:
+        from .plot import plot_search
+
+        plot_search(res, ns.plot)
+        print(f"wrote {ns.plot}", file=sys.stderr)
+    return 0 if res.best is not None else 1
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     from .examples.demo import main as demo_main
 
@@ -101,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
     show.add_argument("--shapes", nargs="+", default=[], help="per tensor argument: 128x64[:bf16]")
     show.add_argument("--arg", action="append", default=[], help="scalar argument: name=value")
-    show.add_argument("--backend", default=None, help="pallas (default)")
+    show.add_argument("--backend", default=None, help="pallas (default), nki or triton")
     show.add_argument("--target", default=None)
     show.add_argument("--config", default=None, help='JSON, e.g. \'{"block_sizes": [128, 128, 128]}\'')
     show.add_argument("--what", choices=("all", "ir", "source", "configs"), default="all")
@@ -117,6 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--no-vmem", action="store_true", help="skip measuring VMEM (faster)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(fn=cmd_check)
+    tune = sub.add_parser("autotune", help="search block sizes (offline for TPU targets)")
+    tune.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
+    tune.add_argument("--shapes", nargs="+", default=[], help="per tensor argument: 128x64[:bf16]")
+    tune.add_argument("--arg", action="append", default=[], help="scalar argument: name=value")
+    tune.add_argument("--target", default="cpu", help="tpu-v4 ... tpu-v7x (model) or cpu (interpret)")
+    tune.add_argument("--budget", default="60s", help="wall-clock budget, e.g. 120s")
+    tune.add_argument("--strategy", default="auto", help="auto, exhaustive, pattern or random")
+    tune.add_argument("--backend", default=None)
+    tune.add_argument("--top", type=int, default=10, help="rows of the table")
+    tune.add_argument("--no-cache", action="store_true", help="evaluate even if cached")
+    tune.add_argument("--plot", default=None, help="write a picture of the search (PNG)")
+    tune.add_argument("--json", action="store_true")
+    tune.set_defaults(fn=cmd_autotune)
     demo = sub.add_parser("demo", help="run a DSL matmul on CPU, check it, show its IR and source")
     demo.set_defaults(fn=cmd_demo)
     ns = ap.parse_args(argv)

@@ -9,6 +9,8 @@ from typing import Any, Callable
 import torch
 
 from . import dtypes, lowering
+from .autotune.cost_model import estimate
+from .autotune.tuner import TuneResult, autotune, tuned_config
 from .check import CheckReport
 from .config import Config, ConfigSpace
 from .errors import (
@@ -22,6 +24,7 @@ from .errors import (
 )
 from .ir import KernelIR
 from .ir_verify import verify
+from .lowering.pallas.targets import tpu_target
 from .torch_ops import make_ops
 from .trace_mode import TraceMode
 from .tracing import ShapeOnly, Tracer, is_machinery, run_traced, user_loc
@@ -223,10 +226,14 @@ class Kernel:
     # -- rendering and compiling -----------------------------------------------------------------
     def _config_for(self, ir: KernelIR, backend_name: str, target: str,
                     config: Config | None) -> Config:
+        """explicit `config=` (call, then decorator) -> autotune cache -> default."""
         if config is not None:
             return config
         if self.config is not None:
             return self.config
+        tuned = tuned_config(self, ir, backend_name, target)
+        if tuned is not None:
+            return tuned
         return lowering.get(backend_name).default_config(ir, target)
 
     def generated(self, *args: Any, backend: str | None = None, config: Config | None = None,
@@ -301,6 +308,22 @@ class Kernel:
         gens = [be.render(ir, self._config_for(ir, be.name, t, config), t) for t in targets]
         shapes = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ir.inputs)
         return CheckReport(self.name, shapes, checker(ir, gens, timeout, measure_vmem))
+
+    def autotune(self, *args: Any, target: str = "cpu", budget: float = 60.0,
+                 strategy: str = "auto", backend: str | None = None, **kw: Any) -> TuneResult:
+        """Searches the config space within `budget` seconds; the winner goes to the persistent
+        cache, where later calls with these shapes find it."""
+        return autotune(self, args, target=target, budget=budget, strategy=strategy,
+                        backend=backend, **kw)
+
+    def estimate(self, *args: Any, target: str, config: Config | None = None) -> float:
+        """Modelled seconds on a TPU target (the autotuner's analytical model)."""
+        tgt = tpu_target(target)
+        if tgt is None:
+            raise ArgumentError(f"no cost model for target {target!r}", user_loc(),
+                                "estimate TPU targets: tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, tpu-v7x")
+        ir = self.ir(*args)
+        return estimate(ir, self._config_for(ir, "pallas", target, config), tgt).seconds
 
     @property
     def jax(self) -> Any:

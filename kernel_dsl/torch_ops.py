@@ -51,6 +51,7 @@ class KernelOps:
                                 "annotate tensor parameters with `torch.Tensor`")
         self.cpu = {name: self._cpu_op(name) for name in lowering.names()}
         self.tpu: Any = None
+        self.cuda: Any = None
         if torch_tpu_available():  # made now: a first call inside torch.compile cannot make it
             self.tpu_op()
 
@@ -82,8 +83,15 @@ class KernelOps:
             if not torch.compiler.is_compiling():  # inside the op, JAX would see only arrays
                 self.kernel._validate(args)
             return op
+        if dev == "cuda":
+            if self.cuda is None:
+                from .lowering.triton.cuda import make_cuda_op  # imports triton: GPU hosts only
+
+                self.cuda = make_cuda_op(self)
+            return self.cuda
         raise ArgumentError(f"kernel `{self.kernel.name}` got tensors on device `{dev}`",
-                            user_loc(), "supported devices: cpu, and tpu through TorchTPU")
+                            user_loc(), "supported devices: cpu, cuda (Triton), and tpu "
+                            "through TorchTPU")
 
     def tpu_op(self) -> Any:
         if self.tpu is None:

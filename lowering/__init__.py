@@ -58,11 +58,13 @@ def names() -> list[str]:
 
 
 def _register_builtin() -> None:
+    # imported here, not at the top: each backend module imports this one for `Generated`
+    from .nki import BACKEND as nki
     from .pallas import BACKEND as pallas
+    from .triton import BACKEND as triton
 
-    register(pallas)
-    from .triton import BACKEND as triton; register(triton)  # noqa: E702, I001
-    from .nki import BACKEND as nki; register(nki)  # noqa: E702
+    for backend in (pallas, nki, triton):
+        register(backend)
 
 
 _register_builtin()

@@ -148,3 +148,21 @@ def test_cli_reports_kernel_errors_without_traceback() -> None:
     assert r.returncode == 2
     assert "ShapeError" in r.stderr and "dsl_kernels.py:" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@kd.kernel
+def two_outputs(x: torch.Tensor):
+    a = torch.empty_like(x)
+    b = torch.empty_like(x)
+    for t in kd.tile(x.shape[0]):
+        a[t] = x[t] + 1
+        b[t] = x[t] * 2
+    return b, a  # not the allocation order
+
+
+@pytest.mark.parametrize("backend", kd.lowering.names())
+def test_outputs_come_back_in_return_order(backend: str) -> None:
+    x = torch.randn(300)
+    with kd.backend(backend):
+        b, a = two_outputs(x)
+    assert torch.equal(b, x * 2) and torch.equal(a, x + 1)

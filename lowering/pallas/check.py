@@ -60,10 +60,10 @@ def _entry(job: Job, status: str, **kw: Any) -> CheckEntry:
 
 def lower_check(job: Job) -> CheckEntry | None:
     """Stage 1. None when the lowering passes (or needs a real device kind to decide)."""
-    fn = getattr(load_module(job.gen), job.gen.entry)
     specs = [jax.ShapeDtypeStruct(s, jax.numpy.dtype(_JNP[d])) for s, d in job.specs]
     t0 = time.perf_counter()
     try:
+        fn = getattr(load_module(job.gen), job.gen.entry)
         jax.export.export(jax.jit(lambda *a: fn(*a, interpret=False)), platforms=["tpu"])(*specs)
         return None
     except Exception as e:  # noqa: BLE001  (JAX raises many types here)
@@ -85,6 +85,7 @@ class _Worker:
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
         env["TPU_SKIP_MDS_QUERY"] = "1"
+        env["KD_CHECK_WORKER"] = "1"  # lets fault-injection tests act only inside a worker
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernel_dsl.lowering.pallas.check_worker"],

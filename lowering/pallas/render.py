@@ -440,9 +440,11 @@ def _pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
     if vmem_limit:
         params += ", vmem_limit_bytes=VMEM_LIMIT_BYTES"
     args = ", ".join(p.name for p in ins)
+    order = [outs.index(p) for p in ir.returns]  # pallas_call gives allocation order
+    in_order = order == list(range(len(outs)))
     return [
         f"def {ir.name}({args}{', ' if args else ''}*, interpret=False):",
-        "    return pl.pallas_call(",
+        "    return pl.pallas_call(" if in_order else "    outs = pl.pallas_call(",
         f"        {ir.name}_kernel,",
         f"        grid={tup(plan.grid)},",
         "        in_specs=[",
@@ -460,5 +462,6 @@ def _pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
         f"        compiler_params=pltpu.CompilerParams({params}),",
         "        interpret=interpret,",
         f"    )({args})",
+        *([] if in_order else [f"    return {tup(f'outs[{i}]' for i in order)}"]),
         "",
     ]

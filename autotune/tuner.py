@@ -1,0 +1,328 @@
+"""`kernel.autotune` / `kdsl autotune`: search a kernel's config space within a wall-clock budget.
+
+Evaluators:
+- "model" (TPU targets, offline): the analytical cost model (`cost_model.py`) ranks configs,
+  the VMEM estimate prunes ones that cannot fit, and the real TPU compiler (libtpu compile-only
+  targets, in isolated worker processes with a timeout) must accept a config before it can
+  win. The winner is also run in Pallas interpret mode on CPU on a reduced problem (each tiled
+  dim cut to at most two of its blocks) and compared with the default config's output.
+- "interpret" (the CPU target): runs each candidate on this machine's CPU through the backend's
+  interpreter on the real arguments, compared with the default config's output. Its times are
+  plumbing, never performance.
+Every evaluated config is recorded (with its failure reason) in the persistent cache; a repeat
+run on the same problem is answered from the cache without evaluating anything.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .. import lowering
+from ..config import Config
+from ..errors import ConfigError, KernelError
+from ..ir import KernelIR
+from ..lowering.pallas.targets import tpu_target
+from ..version import __version__
+from .cache import TuningCache, shape_bucket
+from .cost_model import estimate
+from .search import STRATEGIES
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Candidate:
+    config: str  # Config JSON
+    status: str  # "ok" | "pruned" | "failed" | "wrong" | "timeout" | "unverified"
+    reason: str = ""
+    seconds: float | None = None  # modelled (model) or CPU interpreter (interpret) seconds
+    utilization: float | None = None  # modelled fraction of the chip's bf16 peak
+    vmem_estimate: int | None = None
+    vmem_used: int | None = None
+
+
+@dataclass
+class TuneResult:
+    kernel: str
+    backend: str
+    target: str
+    evaluator: str
+    best: Config | None
+    candidates: list[Candidate] = field(default_factory=list)
+    from_cache: bool = False
+    evaluations: int = 0
+    wall_s: float = 0.0
+    verified: str = ""  # how the winner's output was checked
+
+    @property
+    def best_candidate(self) -> Candidate | None:
+        if self.best is None:
+            return None
+        return next(c for c in self.candidates if c.config == self.best.to_json())
+
+    def failures(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.candidates:
+            if c.status not in ("ok", "unverified"):
+                out[c.status] = out.get(c.status, 0) + 1
+        return out
+
+    def table(self, top: int = 10) -> str:
+        unit = "model s" if self.evaluator == "model" else "interp s"
+        rows = [f"autotune {self.kernel} for {self.target} ({self.backend}, {self.evaluator} "
+                f"evaluator{', from cache' if self.from_cache else ''}): "
+                f"{self.evaluations} evaluated in {self.wall_s:.1f} s",
+                f"{'rank':<5}{'config':<58}{unit:>10}{'% peak':>8}{'VMEM MiB':>10}  status"]
+        ranked = sorted((c for c in self.candidates if c.seconds is not None and c.status in
+                         ("ok", "unverified")), key=lambda c: c.seconds or math.inf)
+        for i, c in enumerate(ranked[:top]):
+            vm = c.vmem_used if c.vmem_used is not None else c.vmem_estimate
+            rows.append(f"{i + 1:<5}{c.config:<58}{c.seconds:>10.3g}"
+                        f"{'' if c.utilization is None else f'{100 * c.utilization:.0f}%':>8}"
+                        f"{'' if vm is None else f'{vm / 2**20:.1f}':>10}  {c.status}")
+        fails = self.failures()
+        if fails:
+            rows.append("skipped: " + ", ".join(f"{n} {k}" for k, n in sorted(fails.items())))
+        rows.append(f"best: {self.best!r}" + (f" ({self.verified})" if self.verified else ""))
+        if self.evaluator == "interpret":
+            rows.append("(interpret times are CPU plumbing, not performance)")
+        return "\n".join(rows)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["best"] = None if self.best is None else json.loads(self.best.to_json())
+        return json.dumps(d, indent=2)
+
+
+def cache_key(kernel: Any, ir: KernelIR, backend: str, target: str) -> dict[str, Any]:
+    return {"kernel": kernel.name, "ir": ir.fingerprint(), "backend": backend, "target": target,
+            "shapes": shape_bucket([p.shape for p in ir.inputs]),
+            "dtypes": [p.dtype for p in ir.inputs]}
+
+
+def cached_best(cache: TuningCache, key: dict[str, Any]) -> tuple[Config | None, list[dict[str, Any]]]:
+    recs = cache.records(key)
+    ok = [r for r in recs if r.get("status") == "ok" and r.get("seconds") is not None]
+    if not ok:
+        return None, recs
+    return Config.from_json(min(ok, key=lambda r: r["seconds"])["config"]), recs
+
+
+def tuned_config(kernel: Any, ir: KernelIR, backend: str, target: str) -> Config | None:
+    """The cached winner for this kernel, shapes and target, if it was tuned here."""
+    cache = TuningCache(version=__version__)
+    if not os.path.exists(cache.path):
+        return None
+    return cached_best(cache, cache_key(kernel, ir, backend, target))[0]
+
+
+def _reduced_args(ir: KernelIR, args: tuple[Any, ...], config: Config) -> tuple[Any, ...]:
+    """Random inputs where each tiled size is cut to at most two of its blocks under `config`."""
+    from ..config import block_values
+
+    blocks = block_values(ir, config)
+    cut: dict[int, int] = {}
+    for t in ir.tiles:
+        cut[t.extent] = min(cut.get(t.extent, t.extent), 2 * min(blocks[t.block.index], t.extent))
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shape = [cut.get(d, d) for d in a.shape]
+            out.append(torch.randn(shape, generator=gen).to(a.dtype))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> str:
+    for x, y in zip(a, b):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"output {tuple(x.shape)} {x.dtype}, expected {tuple(y.shape)} {y.dtype}"
+        tol = 1e-3 if x.dtype == torch.float32 else 3e-2
+        if x.is_floating_point():
+            xf, yf = x.float(), y.float()
+            bad = ~torch.isclose(xf, yf, atol=tol * (yf.abs().max().item() + 1), rtol=tol,
+                                 equal_nan=True)
+            if bad.any():
+                return f"{int(bad.sum())} of {x.numel()} outputs differ from the default config's"
+        elif not torch.equal(x, y):
+            return "integer outputs differ from the default config's"
+    return ""
+
+
+def _run_cpu(kernel: Any, backend: str, args: tuple[Any, ...], cfg: Config) -> list[torch.Tensor]:
+    return kernel.run_cpu(backend, args, cfg)
+
+
+def _verify_on_cpu(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str,
+                   cfg: Config) -> str:
+    """'' if `cfg` gives the default config's output on a reduced problem, else why not."""
+    small = _reduced_args(ir, args, cfg)
+    try:
+        want = _run_cpu(kernel, backend, small, kernel.default_config(*small, backend=backend))
+        got = _run_cpu(kernel, backend, small, cfg)
+    except KernelError as e:
+        return f"failed on CPU: {e.message}"
+    return _same(got, want)
+
+
+def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
+               budget: float, strategy: str, timeout: float, top_k: int,
+               progress: Progress) -> TuneResult:
+    t0 = time.monotonic()
+    be = lowering.get(backend)
+    tgt = tpu_target(target)
+    assert tgt is not None
+    space = be.config_space(ir, target)
+    default = be.default_config(ir, target)
+    res = TuneResult(kernel.name, backend, target, "model", None)
+    by_cfg: dict[str, Candidate] = {}
+
+    def objective(cfg: Config) -> float:
+        c = Candidate(cfg.to_json(), "unverified")
+        by_cfg[c.config] = c
+        try:
+            gen = be.render(ir, cfg, target)
+        except ConfigError as e:
+            c.status, c.reason = "failed", e.message
+            return math.inf
+        c.vmem_estimate = be.estimate_vmem(gen)
+        if c.vmem_estimate > tgt.vmem_bytes:
+            c.status = "pruned"
+            c.reason = f"VMEM estimate {c.vmem_estimate / 2**20:.1f} MiB > {tgt.vmem_bytes >> 20} MiB"
+            return math.inf
+        est = estimate(ir, cfg, tgt)
+        c.seconds, c.utilization = est.seconds, est.utilization(tgt)
+        return est.seconds
+
+    name = strategy if strategy != "auto" else ("exhaustive" if len(space) <= 512 else "pattern")
+    progress(f"searching {len(space)} configs ({name}, model)")
+    for _ in STRATEGIES[name](space, default, objective, budget * 0.3):
+        pass
+    res.evaluations = len(by_cfg)
+    ranked = sorted((c for c in by_cfg.values() if c.status == "unverified"),
+                    key=lambda c: c.seconds or math.inf)
+    # the real compiler decides feasibility: verify the best-ranked until one compiles
+    for i in range(0, len(ranked), top_k):
+        left = budget - (time.monotonic() - t0)
+        if left <= 0 or res.best is not None:
+            break
+        batch = ranked[i:i + top_k]
+        progress(f"compiling {len(batch)} candidates for {target}")
+        gens = [be.render(ir, Config.from_json(c.config), target) for c in batch]
+        for c, e in zip(batch, be.check(ir, gens, min(timeout, max(left, 1.0)), True)):
+            c.vmem_used = e.vmem_used
+            if e.ok:
+                c.status = "ok"
+            else:
+                c.status = "timeout" if e.error_class == "timeout" else "failed"
+                c.reason = f"{e.error_class}: {e.message.splitlines()[0][:200] if e.message else ''}"
+        for c in batch:
+            if c.status != "ok" or res.best is not None:
+                continue
+            cfg = Config.from_json(c.config)
+            progress(f"checking {cfg!r} against the default config on CPU")
+            why = _verify_on_cpu(kernel, ir, args, backend, cfg)
+            if why:
+                c.status, c.reason = "wrong", why
+            else:
+                res.best = cfg
+                res.verified = "compiled for the target; output checked on CPU, reduced problem"
+    res.candidates = list(by_cfg.values())
+    res.wall_s = time.monotonic() - t0
+    return res
+
+
+def _materialize(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Random CPU tensors for shape-only (meta) arguments, e.g. from `kdsl autotune --shapes`."""
+    gen = torch.Generator().manual_seed(0)
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type == "meta":
+            if a.dtype.is_floating_point:
+                a = torch.randn(tuple(a.shape), generator=gen).to(a.dtype)
+            else:
+                a = torch.randint(-8, 8, tuple(a.shape), generator=gen).to(a.dtype)
+        out.append(a)
+    return tuple(out)
+
+
+def tune_interpret(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
+                   budget: float, strategy: str, progress: Progress) -> TuneResult:
+    t0 = time.monotonic()
+    args = _materialize(args)
+    be = lowering.get(backend)
+    space = be.config_space(ir, target)
+    default = be.default_config(ir, target)
+    want = _run_cpu(kernel, backend, args, default)
+    res = TuneResult(kernel.name, backend, target, "interpret", None)
+    by_cfg: dict[str, Candidate] = {}
+
+    def objective(cfg: Config) -> float:
+        c = Candidate(cfg.to_json(), "ok")
+        by_cfg[c.config] = c
+        try:
+            _run_cpu(kernel, backend, args, cfg)  # build + warm up
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                got = _run_cpu(kernel, backend, args, cfg)
+                times.append(time.perf_counter() - t)
+        except Exception as e:  # noqa: BLE001  (a candidate may fail in any layer)
+            c.status, c.reason = "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            return math.inf
+        why = _same(got, want)
+        if why:
+            c.status, c.reason = "wrong", why
+            return math.inf
+        c.seconds = statistics.median(times)
+        return c.seconds
+
+    name = strategy if strategy != "auto" else ("exhaustive" if len(space) <= 16 else "pattern")
+    progress(f"searching {len(space)} configs ({name}, CPU interpreter)")
+    for _ in STRATEGIES[name](space, default, objective, budget):
+        pass
+    res.candidates = list(by_cfg.values())
+    res.evaluations = len(by_cfg)
+    ok = [c for c in res.candidates if c.status == "ok" and c.seconds is not None]
+    if ok:
+        res.best = Config.from_json(min(ok, key=lambda c: c.seconds or math.inf).config)
+        res.verified = "output checked against the default config on the real arguments"
+    res.wall_s = time.monotonic() - t0
+    return res
+
+
+def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend: str | None = None,
+             budget: float = 60.0, strategy: str = "auto", timeout: float = 120.0, top_k: int = 4,
+             cache: TuningCache | None = None, use_cache: bool = True,
+             progress: Progress | None = None) -> TuneResult:
+    backend = backend or ("pallas" if tpu_target(target) else kernel.backend_name())
+    if strategy not in (*STRATEGIES, "auto"):
+        raise ConfigError(f"unknown strategy {strategy!r}", None,
+                          f"strategies: auto, {', '.join(STRATEGIES)}")
+    progress = progress or (lambda _msg: None)
+    cache = cache or TuningCache(version=__version__)
+    ir = kernel.ir(*args)
+    key = cache_key(kernel, ir, backend, target)
+    if use_cache:
+        best, recs = cached_best(cache, key)
+        if best is not None:
+            cands = [Candidate(**{k: r.get(k) for k in Candidate.__dataclass_fields__}) for r in recs]
+            return TuneResult(kernel.name, backend, target, recs[0].get("evaluator", "?"), best,
+                              cands, from_cache=True)
+    if tpu_target(target):
+        res = tune_model(kernel, ir, args, backend, target, budget, strategy, timeout, top_k,
+                         progress)
+    else:
+        res = tune_interpret(kernel, ir, args, backend, target, budget, strategy, progress)
+    cache.add(key, [{**asdict(c), "evaluator": res.evaluator} for c in res.candidates
+                    if c.status != "unverified" or c.seconds is not None])
+    return res
