@@ -2,8 +2,9 @@
 
 - exhaustive: every config (small spaces);
 - random: configs in a seeded random order;
-- pattern: pattern search on the grid of knob values — start from the default, try one step up
-  and down in every knob, move to the best neighbour, restart from a random point when stuck.
+- pattern: compass (pattern) search on the grid of knob values from the default config: poll a
+  step up and down along every knob, move to the best, halve the step when nothing improves,
+  restart from a random point when converged.
 Each yields configs to evaluate; the caller owns evaluation, so the same strategies drive the
 analytical model, the CPU interpreter or a real device.
 """
@@ -64,13 +65,12 @@ def random_search(space: ConfigSpace, start: Config, objective: Objective, budge
 
 def pattern(space: ConfigSpace, start: Config, objective: Objective, budget_s: float,
             seed: int = 0) -> Iterator[tuple[Config, float]]:
+    """Compass search: poll +-step along every knob, move to the best improvement, halve the
+    step when nothing improves; at step 1 with no improvement, restart at a random point."""
     deadline = time.monotonic() + budget_s
     rng = random.Random(seed)
     axes = _axes(space)
     seen: dict[tuple[int, ...], float] = {}
-
-    def value(p: tuple[int, ...]) -> float:
-        return seen[p]
 
     def visit(p: tuple[int, ...]) -> Iterator[tuple[Config, float]]:
         if p not in seen:
@@ -82,21 +82,21 @@ def pattern(space: ConfigSpace, start: Config, objective: Objective, budget_s: f
     total = len(space)
     while len(seen) < total and time.monotonic() < deadline:
         yield from visit(point)
-        improved = True
-        while improved and time.monotonic() < deadline:
-            improved = False
+        step = max(1, max(len(v) for _, v in axes) // 2)
+        while step >= 1 and time.monotonic() < deadline:
             best = point
             for i, (_, vals) in enumerate(axes):
-                for step in (-1, 1):
-                    j = point[i] + step
-                    if 0 <= j < len(vals):
-                        nb = point[:i] + (j,) + point[i + 1:]
-                        yield from visit(nb)
-                        if value(nb) < value(best):
-                            best = nb
+                for d in (-step, step):
+                    j = min(max(point[i] + d, 0), len(vals) - 1)
+                    nb = point[:i] + (j,) + point[i + 1:]
+                    yield from visit(nb)
+                    if seen[nb] < seen[best]:
+                        best = nb
             if best != point:
-                point, improved = best, True
-        # stuck in a local minimum: restart from an unvisited random point
+                point = best
+            else:
+                step //= 2
+        # converged: restart from an unvisited random point
         fresh = [tuple(rng.randrange(len(v)) for _, v in axes) for _ in range(64)]
         fresh = [p for p in fresh if p not in seen]
         if not fresh:

@@ -63,7 +63,8 @@ def test_vmem_estimate_pads_to_tiles() -> None:
     gen = matmul.generated(E(1024, 1024, dtype=BF), E(1024, 1024, dtype=BF),
                            config=kd.Config([256, 512, 128], loop_mode="grid"), target="tpu-v6e")
     blocks = 256 * 128 * 2 + 128 * 512 * 2 + 256 * 512 * 2  # x, y, out blocks
-    assert lowering.get("pallas").estimate_vmem(gen) == 2 * blocks + 256 * 512 * 4  # + f32 acc
+    # + the f32 accumulator in scratch + the f32 product, too big for the vector registers
+    assert lowering.get("pallas").estimate_vmem(gen) == 2 * blocks + 2 * 256 * 512 * 4
 
 
 # -- the hardware-faithful interpreter ----------------------------------------------------------

@@ -3,9 +3,10 @@
 Stage 1 (in this process, no libtpu): `jax.export(platforms=["tpu"])` runs the Pallas -> Mosaic
 lowering, which rejects illegal block shapes and unsupported primitives in ~0.1 s.
 Stage 2 (subprocess): libtpu's compile-only topologies run Mosaic and XLA:TPU for the target;
-VMEM overflow, layout errors and the VMEM actually allocated come from there. Each topology gets
-one worker process; a compile that hangs past the timeout or kills the worker is recorded and
-the worker restarted, so nothing leaks from one check into the next.
+VMEM overflow, layout errors and the VMEM actually allocated come from there. Compiles run on one
+worker process per core (libtpu allows several with ALLOW_MULTIPLE_LIBTPU_LOAD); a compile that
+hangs past the timeout or kills its worker is recorded and the worker restarted, so nothing
+leaks from one check into the next.
 """
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ class _Worker:
         env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
         env["TPU_SKIP_MDS_QUERY"] = "1"
         env["KD_CHECK_WORKER"] = "1"  # lets fault-injection tests act only inside a worker
+        env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"  # workers compile side by side
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernel_dsl.lowering.pallas.check_worker"],
@@ -132,44 +134,60 @@ class _Worker:
         self.stderr.close()
 
 
-def compile_checks(jobs: list[Job], timeout: float, measure_vmem: bool) -> list[CheckEntry]:
-    """Stage 2 for each job, grouped by topology, one worker per topology at a time."""
+def compile_checks(jobs: list[Job], timeout: float, measure_vmem: bool,
+                   workers: int | None = None) -> list[CheckEntry]:
+    """Stage 2 for each job, on a pool of worker processes (one per core by default)."""
     results: dict[int, CheckEntry] = {}
-    by_topo: dict[str, list[int]] = {}
-    for i, job in enumerate(jobs):
-        tgt = tpu_target(job.gen.target)
-        assert tgt is not None, job.gen.target
-        by_topo.setdefault(tgt.topology, []).append(i)
-    for topology, idxs in by_topo.items():
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(jobs)):
+        todo.put(i)
+
+    def serve() -> None:
         worker: _Worker | None = None
-        for i in idxs:
-            job = jobs[i]
+        while True:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                break
             worker = worker or _Worker()
-            ans = worker.ask({"id": i, "source": job.gen.source, "entry": job.gen.entry,
-                              "specs": job.specs, "topology": topology,
-                              "target": job.gen.target, "measure_vmem": measure_vmem}, timeout)
-            if isinstance(ans, str):  # hung or died: record it, start a fresh worker
-                msg = (f"compile did not finish within {timeout:.0f} s" if ans == "timeout"
-                       else "the compiler process died:\n" + worker.stderr_tail())
-                results[i] = _entry(job, "failed", error_class=TIMEOUT if ans == "timeout"
-                                    else CRASH, message=msg, stage="compile",
-                                    compile_s=timeout if ans == "timeout" else 0.0)
+            results[i], keep = _run_one(worker, jobs[i], i, timeout, measure_vmem)
+            if not keep:  # hung or died: the next job gets a fresh worker
                 worker.close()
                 worker = None
-                continue
-            msg = ans.get("message", "")
-            cls = ans.get("error_class")
-            used, limit = ans.get("vmem_used"), ans.get("vmem_limit")
-            if cls == "vmem-overflow" and used is None:
-                used, limit = parse_vmem(msg)
-            results[i] = _entry(job, ans["status"], error_class=cls, message=msg,
-                                vmem_used=used, vmem_limit=limit, stage="compile",
-                                hint=hint_for(msg, cls or ""),
-                                compile_s=ans.get("compile_s", 0.0),
-                                source_line=_user_line(msg, job.gen, job.fallback_loc, cls or ""))
         if worker is not None:
             worker.close()
+
+    n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    threads = [threading.Thread(target=serve, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return [results[i] for i in range(len(jobs))]
+
+
+def _run_one(worker: _Worker, job: Job, i: int, timeout: float,
+             measure_vmem: bool) -> tuple[CheckEntry, bool]:
+    tgt = tpu_target(job.gen.target)
+    assert tgt is not None, job.gen.target
+    ans = worker.ask({"id": i, "source": job.gen.source, "entry": job.gen.entry,
+                      "specs": job.specs, "topology": tgt.topology, "target": job.gen.target,
+                      "measure_vmem": measure_vmem}, timeout)
+    if isinstance(ans, str):
+        msg = (f"compile did not finish within {timeout:.0f} s" if ans == "timeout"
+               else "the compiler process died:\n" + worker.stderr_tail())
+        return _entry(job, "failed", error_class=TIMEOUT if ans == "timeout" else CRASH,
+                      message=msg, stage="compile",
+                      compile_s=timeout if ans == "timeout" else 0.0), False
+    msg = ans.get("message", "")
+    cls = ans.get("error_class")
+    used, limit = ans.get("vmem_used"), ans.get("vmem_limit")
+    if cls == "vmem-overflow" and used is None:
+        used, limit = parse_vmem(msg)
+    return _entry(job, ans["status"], error_class=cls, message=msg, vmem_used=used,
+                  vmem_limit=limit, stage="compile", hint=hint_for(msg, cls or ""),
+                  compile_s=ans.get("compile_s", 0.0),
+                  source_line=_user_line(msg, job.gen, job.fallback_loc, cls or "")), True
 
 
 def check(jobs: list[Job], timeout: float = 300.0, measure_vmem: bool = True) -> list[CheckEntry]:

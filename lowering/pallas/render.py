@@ -83,6 +83,7 @@ class _KernelWriter:
         self.em = em
         self.names: dict[int, str] = {}
         self.tile_index: dict[int, str] = {}  # TileVar.id -> name of its block index
+        self.value_shapes: set[tuple[tuple[int, ...], str]] = set()  # for the VMEM estimate
         for pos, t in enumerate(ir.grid):
             self.tile_index[t.id] = f"i_{t!r}"
 
@@ -97,6 +98,8 @@ class _KernelWriter:
         return f"{self.tile_index[t.id]} * {self.plan.eb(t)}"
 
     def bind(self, v: Value, expr: str, op: Op) -> None:
+        self.value_shapes.add((tuple(self.plan.eb(d) if isinstance(d, TileVar) else d
+                                     for d in v.shape), v.dtype))
         name = f"v{v.id}"
         self.names[v.id] = name
         self.em.line(f"{name} = {expr}", op)
@@ -422,7 +425,8 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
                       "line_map": line_map,
                       "blocks": [(tuple(a.block for a in plan.axes[p.name]), p.dtype)
                                  for p in ir.params],
-                      "scratch": [(shape, dt) for _, shape, dt in scratch]})
+                      "scratch": [(shape, dt) for _, shape, dt in scratch],
+                      "values": sorted(w.value_shapes)})
 
 
 def _pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
