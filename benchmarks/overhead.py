@@ -2,12 +2,13 @@
 
     python benchmarks/overhead.py [--repeats 5] [--calls 3000] [--json out.json]
 
-Overhead: the median wall time of a cached `kernel(x, y)` call minus the median time of calling
-the generated JAX function directly on JAX arrays (same inputs, waiting for the result), on
-(64, 128) f32. Each figure is the median over `--calls` calls; `--repeats` such medians give the
-spread (min-max). Also timed: the same call through the torch custom op (the route under
-torch.compile, and for autograd or tensor subclasses). First call: trace + render + jit of a
-fresh kernel object, split by stage.
+Overhead, per backend's CPU path, (64, 128) f32: the median wall time of a cached `kernel(x, y)`
+call minus that of the backend's compiled runner called directly on the same tensors; for Pallas
+also minus the generated JAX function called on JAX arrays (waiting for the result). Each figure
+is the median over `--calls` calls (fewer for the slow NKI/Triton interpreters); `--repeats`
+such medians give the spread (min-max). Also timed: the same call through the torch custom op
+(the route under torch.compile, and for autograd or tensor subclasses). First call: trace +
+render + jit of a fresh kernel object, split by stage.
 """
 from __future__ import annotations
 
@@ -40,25 +41,39 @@ def median_us(f: Callable[[], Any], calls: int) -> float:
 
 
 def overhead(repeats: int, calls: int) -> dict[str, Any]:
+    """Per backend: the cached kernel call vs its compiled runner called directly (same torch
+    tensors); for Pallas also vs the generated JAX function on JAX arrays."""
     from kernel_dsl.lowering.pallas.runner import to_numpy
 
     k = dsl_kernels.add_where
     x, y = torch.randn(64, 128), torch.randn(64, 128)
-    k(x, y)
-    jitted = k.compiled("pallas", (x, y)).jitted  # the generated function, jitted
-    jx, jy = [__import__("jax").numpy.asarray(to_numpy(t)) for t in (x, y)]
-    op = k._ops.cpu["pallas"]
-    rows: dict[str, list[float]] = {"direct": [], "kernel": [], "op": []}
-    for _ in range(repeats):
-        rows["direct"].append(median_us(lambda: jitted(jx, jy)[0].block_until_ready(), calls))
-        rows["kernel"].append(median_us(lambda: k(x, y), calls))
-        rows["op"].append(median_us(lambda: op(x, y), calls))
-    over = [a - b for a, b in zip(rows["kernel"], rows["direct"])]
-    over_op = [a - b for a, b in zip(rows["op"], rows["direct"])]
-    return {"shape": [64, 128], "dtype": "float32", "kernel": "add_where", "repeats": repeats,
-            "calls_per_repeat": calls,
-            **{f"{name}_us": _stats(v) for name, v in rows.items()},
-            "overhead_us": _stats(over), "overhead_via_op_us": _stats(over_op)}
+    out: dict[str, Any] = {"shape": [64, 128], "dtype": "float32", "kernel": "add_where",
+                           "repeats": repeats, "calls_per_repeat": calls, "backends": {}}
+    for backend in kd.lowering.names():
+        n = calls if backend == "pallas" else max(50, calls // 20)  # interpreters are slow
+        with kd.backend(backend):
+            k(x, y)
+            runner = k.compiled(backend, (x, y))
+            rows: dict[str, list[float]] = {"runner": [], "kernel": [], "op": []}
+            op = k._ops.cpu[backend]
+            for _ in range(repeats):
+                rows["runner"].append(median_us(lambda: runner(x, y), n))
+                rows["kernel"].append(median_us(lambda: k(x, y), n))
+                rows["op"].append(median_us(lambda: op(x, y), n))
+        res = {f"{name}_us": _stats(v) for name, v in rows.items()}
+        res["overhead_vs_runner_us"] = _stats([a - b for a, b in zip(rows["kernel"], rows["runner"])])
+        if backend == "pallas":
+            import jax
+
+            jitted = runner.jitted
+            jx, jy = (jax.numpy.asarray(to_numpy(t)) for t in (x, y))
+            direct = [median_us(lambda: jitted(jx, jy)[0].block_until_ready(), n)
+                      for _ in range(repeats)]
+            res["jax_direct_us"] = _stats(direct)
+            res["overhead_vs_jax_us"] = _stats([a - b for a, b in zip(rows["kernel"], direct)])
+            res["overhead_via_op_vs_jax_us"] = _stats([a - b for a, b in zip(rows["op"], direct)])
+        out["backends"][backend] = res
+    return out
 
 
 def _stats(v: list[float]) -> dict[str, float]:
@@ -101,12 +116,11 @@ def main() -> None:
                               torch.randn(1, 4, 256, 64), True)),
         },
     }
-    o = res["overhead"]
     print(f"machine: {res['machine']}")
     print("eager call, (64,128) f32 add_where, median over calls [min-max over repeats] (us):")
-    for key in ("direct_us", "kernel_us", "op_us", "overhead_us", "overhead_via_op_us"):
-        s = o[key]
-        print(f"  {key:<20} {s['median']:8.1f}  [{s['min']:.1f} - {s['max']:.1f}]")
+    for backend, o in res["overhead"]["backends"].items():
+        for key, st in o.items():
+            print(f"  {backend:<7} {key:<26} {st['median']:10.1f}  [{st['min']:.1f} - {st['max']:.1f}]")
     print("first call (s):")
     for name, r in res["first_call"].items():
         print(f"  {name:<40} " + "  ".join(f"{k}={v}" for k, v in r.items()))

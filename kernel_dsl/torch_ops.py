@@ -52,6 +52,7 @@ class KernelOps:
         self.cpu = {name: self._cpu_op(name) for name in lowering.names()}
         self.tpu: Any = None
         self.cuda: Any = None
+        self.neuron: Any = None
         if torch_tpu_available():  # made now: a first call inside torch.compile cannot make it
             self.tpu_op()
 
@@ -83,6 +84,8 @@ class KernelOps:
             if not torch.compiler.is_compiling():  # inside the op, JAX would see only arrays
                 self.kernel._validate(args)
             return op
+        if dev == "neuron":
+            return self.neuron_op()
         if dev == "cuda":
             if self.cuda is None:
                 from .lowering.triton.cuda import make_cuda_op  # imports triton: GPU hosts only
@@ -90,8 +93,15 @@ class KernelOps:
                 self.cuda = make_cuda_op(self)
             return self.cuda
         raise ArgumentError(f"kernel `{self.kernel.name}` got tensors on device `{dev}`",
-                            user_loc(), "supported devices: cpu, cuda (Triton), and tpu "
-                            "through TorchTPU")
+                            user_loc(), "supported devices: cpu, cuda (Triton), tpu through "
+                            "TorchTPU, neuron through TorchNeuron")
+
+    def neuron_op(self) -> Any:
+        if self.neuron is None:
+            from .lowering.nki.neuron import make_neuron_op  # TorchNeuron hosts only
+
+            self.neuron = make_neuron_op(self)
+        return self.neuron
 
     def tpu_op(self) -> Any:
         if self.tpu is None:

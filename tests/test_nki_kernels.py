@@ -18,11 +18,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from dsl_kernels import add_where, attention, layer_norm, matmul, softmax_rows, softmax_two_pass
+from kernel_dsl.lowering.nki.interp import TransposeExactnessWarning
+from kernel_dsl.lowering.nki.runner import compile_for_torch, real_nki
 
 import kernel_dsl as kd
 from kernel_dsl import lowering
-from kernel_dsl.lowering.nki.interp import TransposeExactnessWarning
-from kernel_dsl.lowering.nki.runner import compile_for_torch, real_nki
 
 ENGINES = ["interp"] + (["nki"] if real_nki() is not None else [])
 NKI = lowering.get("nki")
@@ -197,6 +197,31 @@ def test_loop_carried_plain_assignment_and_swap(n: int, engine: str) -> None:
         want_a = want_a + x[:, j:j + 128].sum(-1)
         want_a, want_b = want_b, want_a
     close(run(carry, (x,), kd.Config([8]), engine), torch.stack([want_a, want_b], 1),
+          atol=1e-4, rtol=1e-4)
+
+
+@kd.tpu_kernel
+def carried_then_transposed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    m, n = x.shape
+    out = torch.empty([2, y.shape[1]], dtype=x.dtype, device=x.device)
+    for tc in kd.tile(n, block_size=16):
+        acc = kd.zeros([tc, y.shape[1]], dtype=torch.float32)
+        before = kd.zeros([y.shape[1]], dtype=torch.float32)
+        for tm in kd.tile(m, block_size=16):
+            before = before + acc.sum(dim=0)  # the carried value, transposed inside the loop
+            acc = acc + x[tm, tc].T @ y[tm, :]
+        out[0, :] = before
+        out[1, :] = acc.sum(dim=0)  # ... and its final value, transposed after it
+    return out
+
+
+def test_a_carried_value_transposed_in_and_after_its_loop(engine: str) -> None:
+    x, y = torch.randn(48, 16), torch.randn(48, 16)
+    acc, before = torch.zeros(16, 16), torch.zeros(16)
+    for j in range(0, 48, 16):
+        before = before + acc.sum(0)
+        acc = acc + x[j:j + 16].T @ y[j:j + 16]
+    close(run(carried_then_transposed, (x, y), None, engine), torch.stack([before, acc.sum(0)]),
           atol=1e-4, rtol=1e-4)
 
 

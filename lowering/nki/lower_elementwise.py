@@ -13,7 +13,7 @@ import math
 from ...errors import UnsupportedOpError
 from ...ir import Op, Value
 from .layout import axis_map, carry
-from .names import SHORT, lit
+from .names import SHORT
 from .writer import CMP, Operand, Tile, Writer, at
 
 ALU = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "max": "nl.maximum",
@@ -35,7 +35,7 @@ def vector(w: Writer, x: Value, op: Operand) -> str:
 
 
 def reciprocal(w: Writer, t: Tile) -> Tile:
-    key = (t.name, "recip")
+    key = t.key("recip")
     if key not in w.converted:
         out = Tile(w.fresh(f"{t.name}_recip"), t.phys, "f32", t.dims)
         w.alloc(out.name, out.phys, "f32", dims=out.dims)
@@ -161,4 +161,3 @@ RULES = {
     "cast": cast, "expand_dims": layout_only, "transpose": layout_only, "broadcast": broadcast,
 }
 
-__all__ = ["RULES", "lit"]

@@ -36,7 +36,7 @@ def k_major(w: Writer, x: Value, pos_k: int) -> list[tuple[str, int]]:
             name = w.fresh(f"{src.name}_kT")
             w.line(f"{name} = nl.ndarray(({PMAX}, {n}, {xdim}), dtype={NL_DTYPE[src.dtype]}, "
                    "buffer=nl.sbuf)", comment=f"contraction of {k} in {n} blocks of 128 rows")
-            w.sbuf_estimate += 2 * n * xdim * BYTES[src.dtype]
+            w.sbuf_estimate += n * xdim * BYTES[src.dtype]
             for j in range(n):
                 rows = min(PMAX, k - j * PMAX)
                 ps = w.alloc("psum_t", (rows, xdim), src.dtype, "psum")

@@ -18,6 +18,8 @@ INIT_COLS = 2048  # free size of the tile that fills an initialized output
 
 def hbm_view(w: Writer, p: TensorParam, index: tuple[Index, ...],
              override: dict[int, str] | None = None) -> str:
+    """The HBM side of a DMA: NumPy-style indexing, an int for blocks of 1, `min()`-clamped
+    `t0:t0 + n_t` slices for ragged tiles (`override` replaces an axis's entry)."""
     parts = []
     for axis, (ix, n) in enumerate(zip(index, p.shape)):
         if override and axis in override:
@@ -107,7 +109,7 @@ class RowBlocks:
             w.loc = op.loc
             w.line(f"{name} = nl.ndarray(({PMAX}, {n}, {self.cols}), dtype={NL_DTYPE[self.v.dtype]}, "
                    "buffer=nl.sbuf)", comment=f"{self.rows} rows in blocks of {PMAX}")
-            w.sbuf_estimate += 2 * n * self.cols * BYTES[self.v.dtype]
+            w.sbuf_estimate += n * self.cols * BYTES[self.v.dtype]
             w.role(self.free_dim, "free")
             cols = ":"
             if isinstance(self.free_dim, TileVar) and w.ragged(self.free_dim):

@@ -95,7 +95,8 @@ def where(w: Writer, op: Op) -> None:
     res = w.new_result(r)
     if b_s:
         value = w.virt[b_v.id].expr  # type: ignore[union-attr]
-        w.line(f"nisa.memset(dst={res.name}, value={value if r.dtype in ('f32', 'bf16', 'f16') else f'int({value})'})")
+        value = value if r.dtype in ("f32", "bf16", "f16") else f"int({value})"
+        w.line(f"nisa.memset(dst={res.name}, value={value})")
     else:
         with at(w, b_v):
             bt = w.cast(w.full(b_v, rc, ro), r.dtype)

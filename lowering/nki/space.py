@@ -12,7 +12,7 @@ bytes per partition, so every combination in the space renders and fits.
 from __future__ import annotations
 
 from ...config import Config, ConfigSpace, named_syms, positional_syms
-from ...ir import BlockSym, KernelIR
+from ...ir import BlockSym, KernelIR, TileVar
 from .render import target_of, write
 from .targets import MOVING_FMAX, PMAX
 
@@ -30,9 +30,22 @@ def _probe_config(ir: KernelIR, pick: dict[int, int]) -> Config:
     return Config(pos, **{s.name: pick[s.index] for s in named_syms(ir) if s.name})
 
 
+def _in_cores(ir: KernelIR) -> set[int]:
+    """Block syms whose tiles appear in the last two dims of some value (the others can only be
+    leading dims, which the layout drops: block size 1)."""
+    out: set[int] = set()
+    for op in ir.body.walk():
+        values = list(op.results) + (list(op.body.args) if op.body is not None else [])
+        for v in values:
+            out.update(d.block.index for d in v.shape[-2:] if isinstance(d, TileVar))
+    return out
+
+
 def roles(ir: KernelIR, target: str) -> dict[int, set[str]]:
     """Block-sym index -> roles of its tile dims ("part", "free", "moving")."""
-    pick = {s.index: (s.choices[0] if s.choices else min(PMAX, _extent(ir, s))) for s in ir.free_syms}
+    core = _in_cores(ir)
+    pick = {s.index: (s.choices[0] if s.choices else min(PMAX, _extent(ir, s)))
+            if s.index in core else 1 for s in ir.free_syms}
     w, _ = write(ir, _probe_config(ir, pick), target)
     return {k: set(v) for k, v in w.roles.items()}
 

@@ -8,6 +8,7 @@ the key loop is done once, not per key block. Op rules live in the lower_* modul
 """
 from __future__ import annotations
 
+import itertools
 import keyword
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from ...ir import Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
 from .affine import Affine, Pred, Scalar, Splat, Virtual, analyze
 from .emitter import Block, Emitter
 from .layout import Core, infer, make_core, orient_with
-from .names import BYTES, NL_DTYPE, SHORT, begin, count, index, lit, shape
+from .names import BYTES, NL_DTYPE, SHORT, begin, count, index, shape
 from .targets import MOVING_FMAX, PMAX, Target
 
 RESERVED = {"nki", "nl", "nisa", "range", "min", "max", "float", "int", "bool", "r0", "c0",
@@ -36,10 +37,15 @@ class Tile:
     phys: tuple[int, int]
     dtype: str
     dims: tuple[Dim | None, Dim | None] = (None, None)
+    version: int = 0  # bumped where a carried value's name is rebound (conversions are per version)
 
     def swapped(self, name: str, dtype: str | None = None) -> Tile:
         return Tile(name, (self.phys[1], self.phys[0]), dtype or self.dtype,
                     (self.dims[1], self.dims[0]))
+
+    def key(self, kind: str) -> tuple[str, int, str]:
+        """The cache key of a conversion of this tile's current contents."""
+        return (self.name, self.version, kind)
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,8 @@ class Writer:
         self.virt: dict[int, Virtual] = analyze(ir, self.begin, self.eb, self.count)
         self.orient = infer(ir, self.virt, self.eb)
         self.tiles: dict[tuple[int, str], Tile] = {}
-        self.converted: dict[tuple[str, str], Tile] = {}
+        self.converted: dict[tuple[Any, ...], Tile] = {}
+        self.versions = itertools.count(1)
         self.slots: dict[int, Block] = {}
         self.cores: dict[int, Core] = {}
         self.used: set[str] = set(RESERVED)
@@ -104,9 +111,6 @@ class Writer:
             c = self.cores[v.id] = make_core(v, self.eb)
         return c
 
-    def size(self, d: Dim | None) -> int:
-        return 1 if d is None else self.eb(d) if isinstance(d, TileVar) else int(d)
-
     # -- emission helpers ----------------------------------------------------------------------
     def line(self, text: str, comment: str = "") -> None:
         self.em.line(text, self.loc, comment)
@@ -134,8 +138,11 @@ class Writer:
         for d, role in zip(dims, ("part", "free")):
             if isinstance(d, TileVar):
                 self.roles.setdefault(d.block.index, set()).add(role)
-        if buffer == "sbuf":  # inside loops a tile's old binding lives until the new one exists
-            self.sbuf_estimate += f * BYTES[dtype] * (1 if self.em.block is self.prologue else 2)
+        if buffer == "sbuf" and f * BYTES[dtype] > self.target.sbuf_bytes:
+            self.too_big(dims[1], f, f"on the free axis ({f * BYTES[dtype]} B per partition, "
+                         f"more than {self.target.name}'s SBUF)", self.target.sbuf_bytes // BYTES[dtype])
+        if buffer == "sbuf":  # as if every tile of one iteration were live at once
+            self.sbuf_estimate += f * BYTES[dtype]
         return name
 
     def role(self, d: Dim | None, role: str) -> None:
@@ -160,7 +167,7 @@ class Writer:
         tile = self.get(src, src_orient)
         c = self.core(v)
         self.tiles[(v.id, orient)] = Tile(tile.name, tile.phys, v.dtype,
-                                          (c.part_dim(orient), c.free_dim(orient)))
+                                          (c.part_dim(orient), c.free_dim(orient)), tile.version)
         self.slots[v.id] = self.em.slot()
 
     def get(self, v: Value, orient: str) -> Tile:
@@ -215,7 +222,7 @@ class Writer:
     def transpose(self, t: Tile, name: str) -> Tile:
         """(P, F) -> (F, P) through TensorE into PSUM, then back to SBUF. Integer tiles go
         through float32 (exact below 2^24): TensorE transposes floats."""
-        key = (t.name, "T")
+        key = t.key("T")
         if key in self.converted:
             return self.converted[key]
         p, f = t.phys
@@ -234,7 +241,7 @@ class Writer:
         """A copy of `t` in another dtype (`tensor_copy` casts through float32)."""
         if t.dtype == dtype or (SHORT[t.dtype] == SHORT[dtype] and "bool" not in (t.dtype, dtype)):
             return t
-        key = (t.name, dtype)
+        key = t.key(dtype)
         if key not in self.converted:
             out = Tile(self.fresh(f"{t.name}_{SHORT[dtype]}"), t.phys, dtype, t.dims)
             self.alloc(out.name, out.phys, dtype, dims=out.dims)
@@ -259,7 +266,7 @@ class Writer:
     def broadcast_partitions(self, t: Tile, p: int) -> Tile:
         """(1, F) -> (p, F): `ones(1, p).T @ row` on TensorE (K = 1, so each output element is
         exactly 1 * row[j]), in moving chunks of 512."""
-        key = (t.name, f"b{p}")
+        key = t.key(f"b{p}")
         if key in self.converted:
             return self.converted[key]
         src = t if t.dtype in ("f32", "bf16", "f16") else self.cast(t, "f32")
@@ -278,7 +285,7 @@ class Writer:
 
     def broadcast_free(self, t: Tile, f: int) -> Tile:
         """(P, 1) -> (P, f): `zeros + t` with `t` as a per-partition operand."""
-        key = (t.name, f"x{f}")
+        key = t.key(f"x{f}")
         if key not in self.converted:
             p = t.phys[0]
             zeros = self.const_tile("zeros", (p, f), "f32", "0.0")
@@ -379,7 +386,8 @@ class Writer:
                 tile = self.get(init, o)
                 self.line(f"{name} = {tile.name}")
             c = self.core(arg)
-            self.tiles[(arg.id, o)] = Tile(name, c.phys(o), arg.dtype, (c.part_dim(o), c.free_dim(o)))
+            self.tiles[(arg.id, o)] = Tile(name, c.phys(o), arg.dtype, (c.part_dim(o), c.free_dim(o)),
+                                           next(self.versions))
             names.append(name)
         self.loc = op.loc
         self.em.open(f"for {index(t)} in range({self.nb(t)}):", op.loc,
@@ -393,10 +401,12 @@ class Writer:
             self.loc = None
             self.em.line(f"{', '.join(names)} = {', '.join(ys)}", comment="carried to the next block")
         self.em.close()
-        for arg, res, name in zip(body.args, op.results, names):
+        for arg, res in zip(body.args, op.results):  # the names now hold the last yields
             o = self.orient[arg.id]
             self.orient[res.id] = o
-            self.tiles[(res.id, o)] = self.tiles[(arg.id, o)]
+            inside = self.tiles[(arg.id, o)]
+            self.tiles[(res.id, o)] = Tile(inside.name, inside.phys, inside.dtype, inside.dims,
+                                           next(self.versions))
             self.slots[res.id] = self.em.slot()
 
     def materialize_as(self, v: Value, orient: str, name: str, c: Core) -> Tile:
@@ -427,4 +437,4 @@ class at:  # noqa: N801 - used as `with at(writer, v):`
         self.w.em.pop()
 
 
-__all__ = ["CMP", "Operand", "Rule", "Tile", "Writer", "at", "lit"]
+__all__ = ["CMP", "Operand", "Rule", "Tile", "Writer", "at"]

@@ -68,6 +68,8 @@ def placed(t: NkiTensor, where: str, role: str, allowed: tuple[str, ...], why: s
                        + (f" ({why})" if why else ""), "memory placement")
     if buf in ("sbuf", "psum"):
         check_partitions(t, where, role)
+        if t.storage.alloc is not None:
+            current().touch(t.storage.alloc)
     return t
 
 

@@ -169,6 +169,7 @@ class Launch:
             ctx = Context(target, pid, self.grid, shared)
             with launch_context(ctx):
                 out = k.func(*wrapped)
+            ctx.check_budgets()
             result = _check_outputs(k, out) if pid == 0 else result
         return _from_outputs(result, torch_out)
 

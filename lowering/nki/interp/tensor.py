@@ -8,14 +8,13 @@ an error, never a silent clamp (notes/nki.md §2 and §7).
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Any
 
 import numpy as np
 
 from . import dtypes as dt
 from .errors import NkiError
-from .state import PMAX, current
+from .state import PMAX, Allocation, current
 
 HBM_BUFFERS = ("hbm", "private_hbm", "shared_hbm")
 ON_CHIP = ("sbuf", "psum")
@@ -45,6 +44,7 @@ class Storage:
         self.name = name
         self.origin = origin  # "kernel" (allocated in the kernel) or "argument"
         self.mm_written = np.zeros(array.shape, dtype=bool) if buffer == "psum" else None
+        self.alloc: Allocation | None = None  # on-chip: its live span, for the budgets
 
 
 def _fill_value(dtype: dt.DType) -> Any:
@@ -80,10 +80,7 @@ def allocate(shape: Any, dtype: Any, buffer: str, name: str = "") -> NkiTensor:
     array = np.full(shape, _fill_value(dtype), dtype=dtype.storage)
     st = Storage(array, dtype, buffer, name)
     if buffer in ON_CHIP:
-        ctx = current()
-        per_partition = math.prod(shape[1:]) * dtype.itemsize
-        ctx.allocate(id(st), buffer, name, shape, per_partition)
-        weakref.finalize(st, ctx.free, id(st))
+        st.alloc = current().allocate(buffer, name, shape, math.prod(shape[1:]) * dtype.itemsize)
     return NkiTensor(st, array, 0)
 
 

@@ -1,0 +1,120 @@
+"""Offline TPU figures: each kernel autotuned per TPU generation with the analytical model, its
+winner compiled by the real compiler (libtpu compile-only targets) for the VMEM it uses.
+
+    python benchmarks/offline_tpu.py [--budget 90] [--targets tpu-v5e,...] [--json out.json]
+                                     [--plots benchmarks/plots]
+
+Modelled, not measured: time and % of peak come from autotune/cost_model.py (FLOPs with MXU
+padding, HBM bytes of the grid's block sequence, per-step overhead, roofline). VMEM is the
+compiler's own figure. Also writes one roofline plot per target (needs matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from dsl_kernels import attention, layer_norm, matmul, softmax_two_pass  # noqa: E402
+
+from kernel_dsl.autotune import cost_model  # noqa: E402
+from kernel_dsl.lowering.pallas.targets import TARGETS, tpu_target  # noqa: E402
+
+E, BF = torch.empty, torch.bfloat16
+PROBLEMS: list[tuple[str, Any, tuple[Any, ...]]] = [
+    ("matmul bf16 4096^3", matmul, (E(4096, 4096, dtype=BF), E(4096, 4096, dtype=BF))),
+    ("matmul bf16 8192^3", matmul, (E(8192, 8192, dtype=BF), E(8192, 8192, dtype=BF))),
+    ("flash attention fwd bf16 B2 H16 S4096 D128 causal", attention,
+     (E(2, 16, 4096, 128, dtype=BF),) * 3 + (True,)),
+    ("softmax bf16 8192x8192 (online, 2 passes)", softmax_two_pass, (E(8192, 8192, dtype=BF),)),
+    ("layer_norm bf16 8192x4096", layer_norm, (E(8192, 4096, dtype=BF), E(4096, dtype=BF),
+                                                E(4096, dtype=BF), 1e-5)),
+]
+
+
+def run(budget: float, targets: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for name, kernel, args in PROBLEMS:
+        ir = kernel.ir(*args)
+        for target in targets:
+            tgt = tpu_target(target)
+            assert tgt is not None
+            t0 = time.monotonic()
+            res = kernel.autotune(*args, target=target, budget=budget)
+            wall = time.monotonic() - t0
+            row: dict[str, Any] = {"kernel": name, "target": target, "tune_s": round(wall, 1),
+                                   "from_cache": res.from_cache, "evaluated": res.evaluations}
+            if res.best is None:
+                row["error"] = "no config compiled"
+                rows.append(row)
+                continue
+            est = cost_model.estimate(ir, res.best, tgt)
+            chk = kernel.check(*args, targets=[target], config=res.best).entries[0]
+            row.update(config=json.loads(res.best.to_json()), model_us=round(est.seconds * 1e6, 1),
+                       pct_peak=round(100 * est.utilization(tgt), 1), flops=est.flops,
+                       hbm_bytes=est.hbm_bytes, vmem_mib=None if chk.vmem_used is None else
+                       round(chk.vmem_used / 2**20, 2), compiles=chk.ok)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def roofline(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for target in sorted({r["target"] for r in rows}):
+        tgt = TARGETS[target]
+        peak = tgt.peak_bf16_flops / (2 if target == "tpu-v7x" else 1)
+        bw = tgt.hbm_bytes_per_s / (2 if target == "tpu-v7x" else 1)
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        xs = [2 ** i for i in range(-2, 13)]
+        ax.plot(xs, [min(peak, bw * x) / 1e12 for x in xs], color="k", lw=1, label="roofline")
+        for r in rows:
+            if r["target"] != target or "flops" not in r:
+                continue
+            ai = r["flops"] / r["hbm_bytes"]
+            ax.scatter([ai], [r["flops"] / (r["model_us"] * 1e-6) / 1e12], s=30)
+            ax.annotate(r["kernel"].split(" ")[0], (ai, r["flops"] / (r["model_us"] * 1e-6) / 1e12),
+                        fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("FLOPs per HBM byte (modelled)")
+        ax.set_ylabel("TFLOP/s (modelled)")
+        ax.set_title(f"{target}: autotuned kernels on the roofline (analytical model)", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"roofline_{target}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--budget", type=float, default=90.0)
+    ap.add_argument("--targets", default="tpu-v4,tpu-v5e,tpu-v5p,tpu-v6e,tpu-v7x")
+    ap.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
+                                                   "offline_tpu.json"))
+    ap.add_argument("--plots", default=os.path.join(os.path.dirname(__file__), "plots"))
+    ns = ap.parse_args()
+    rows = run(ns.budget, ns.targets.split(","))
+    os.makedirs(os.path.dirname(ns.json), exist_ok=True)
+    with open(ns.json, "w") as f:
+        json.dump({"command": "python benchmarks/offline_tpu.py", "rows": rows}, f, indent=1)
+    for p in roofline(rows, ns.plots):
+        print("wrote", p)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,373 @@
+"""Kernels on `neuron` tensors go through TorchNeuron's `nki_op` (lowering/nki/neuron.py), tested
+without Trainium and without torch-neuronx, on two stand-ins:
+
+- a stand-in `torch_neuronx` whose `nki_op(name, fn, mutates_args)` keeps the contract of
+  torch-neuronx's own (torch_neuronx/nki_hop.py): the schema inferred from `fn`'s annotations,
+  `fn` registered as the op's body and as its default fake; and whose `wrap_nki(kernel)[lnc]`
+  reads the kernel's `.sign`/`.func` and runs it on CPU through `nki.simulate` (here: kernel_dsl's
+  NKI interpreter) on CPU copies of the tensors;
+- a Python-only PrivateUse1 device renamed `neuron` (the pattern of pytorch's
+  test/test_privateuseone_python_backend.py, as tests/test_tpu_route.py does for `tpu`). A process
+  renames PrivateUse1 once, so the device checks run in a child process (this file as a script).
+
+The child applies the change to `KernelOps.route` that this adapter needs (see
+`proposed_route_change`), since kernel_dsl/torch_ops.py is not part of the NKI backend.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import inspect
+import json
+import os
+import subprocess
+import sys
+import traceback
+import types
+from typing import Any, Callable
+
+import pytest
+import torch
+from kernel_dsl.lowering.nki.interp import namespace
+from kernel_dsl.lowering.nki.neuron import make_neuron_op, torch_neuronx_available
+from torch.utils._pytree import tree_map
+
+import kernel_dsl as kd
+from kernel_dsl.errors import BackendError
+from kernel_dsl.torch_ops import KernelOps
+
+_MARKER = "NEURON-ROUTE-RESULTS "
+
+
+# -- a stand-in for torch-neuronx ---------------------------------------------------------------
+class FakeCaller:
+    """`wrap_nki(kernel)[lnc]`: runs the kernel on CPU copies, results on the inputs' device."""
+
+    def __init__(self, kernel: Any, grid: int | None, log: list[str]):
+        self.kernel, self.grid, self.log = kernel, grid, log
+        self.arg_names = list(kernel.sign.parameters)  # what the real wrap_nki reads
+
+    def __getitem__(self, grid: int) -> FakeCaller:
+        return FakeCaller(self.kernel, int(grid), self.log)
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        device = args[0].device
+        self.log.append(self.kernel.func.__name__)
+        nki = namespace()["nki"]
+        launch = self.kernel[self.grid or 1]
+        outs = nki.simulate(launch)(*[a.cpu() for a in args])
+        return tree_map(lambda o: o.to(device), outs)
+
+
+def fake_torch_neuronx_modules() -> dict[str, types.ModuleType]:
+    mods = {}
+    for name in ("torch_neuronx", "torch_neuronx.nki_hop"):
+        mod = types.ModuleType(name)
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        mod.__path__ = []
+        mods[name] = mod
+    made: dict[str, Any] = {}
+    calls: list[str] = []
+
+    def wrap_nki(kernel: Any, **kwargs: Any) -> FakeCaller:
+        return FakeCaller(kernel, None, calls)
+
+    def nki_op(name: str, fn: Callable[..., Any] | None = None, mutates_args: Any = {}) -> Any:
+        def dec(f: Callable[..., Any]) -> Any:
+            schema = torch.library.infer_schema(f, mutates_args=mutates_args)
+            op = torch.library.custom_op(name, f, mutates_args=mutates_args, schema=schema)
+            op.register_fake(f)  # the body doubles as the fake, as in torch-neuronx
+            made[name] = op
+            return op
+
+        return dec if fn is None else dec(fn)
+
+    vars(mods["torch_neuronx"]).update(nki_op=nki_op, wrap_nki=wrap_nki, made=made, calls=calls)
+    vars(mods["torch_neuronx.nki_hop"]).update(wrap_nki=wrap_nki)
+    return mods
+
+
+@pytest.fixture
+def fake_torch_neuronx(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    for name, mod in fake_torch_neuronx_modules().items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    return sys.modules["torch_neuronx"]
+
+
+def proposed_route_change() -> None:
+    """The change `KernelOps.route` needs (kernel_dsl/torch_ops.py), applied by monkeypatching:
+
+        if dev == "neuron":
+            return self.neuron_op()   # neuron_op(): make_neuron_op(self) once, like tpu_op()
+    """
+    route = KernelOps.route
+
+    def routed(self: KernelOps, args: tuple[Any, ...]) -> Any:
+        if args[self.first_tensor].device.type == "neuron":
+            return self.neuron_op()
+        return route(self, args)
+
+    def neuron_op(self: KernelOps) -> Any:
+        if getattr(self, "neuron", None) is None:
+            self.neuron = make_neuron_op(self)
+        return self.neuron
+
+    KernelOps.route = routed  # type: ignore[method-assign]
+    KernelOps.neuron_op = neuron_op  # type: ignore[attr-defined]
+
+
+def _fresh(kernel: kd.Kernel) -> kd.Kernel:
+    return kd.tpu_kernel(kernel.fn)
+
+
+# -- in this process: the adapter, called on CPU tensors --------------------------------------
+def test_without_torch_neuronx_the_neuron_op_raises_backend_error() -> None:
+    if torch_neuronx_available():
+        pytest.skip("torch-neuronx is installed")
+    import dsl_kernels
+
+    with pytest.raises(BackendError, match="TorchNeuron") as info:
+        make_neuron_op(_fresh(dsl_kernels.add_where)._ops)
+    assert "torch-neuronx" in (info.value.hint or "") and "cpu" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("name", ["add_where", "matmul", "layer_norm"])
+def test_adapter_op_contract(fake_torch_neuronx: types.ModuleType, name: str) -> None:
+    """Op name, schema inferred by nki_op from the body's signature, and the kernel's fake."""
+    import dsl_kernels
+
+    k = _fresh(getattr(dsl_kernels, name))
+    op = make_neuron_op(k._ops)
+    qualname = f"kernel_dsl::{k._ops.base}_neuron"
+    assert op._qualname == qualname and fake_torch_neuronx.made[qualname] is op
+    assert str(op._opoverload._schema) == qualname + k._ops.schema
+    sig = inspect.signature(op._init_fn if hasattr(op, "_init_fn") else k.fn)
+    assert [p.name for p in sig.parameters.values()] == [p.name for p in k.params]
+
+
+def test_adapter_runs_the_generated_nki_once_per_shape(fake_torch_neuronx: types.ModuleType) -> None:
+    import dsl_kernels
+
+    k = _fresh(dsl_kernels.attention)
+    op = make_neuron_op(k._ops)
+    q, kk, v = torch.randn(1, 2, 20, 16), torch.randn(1, 2, 24, 16), torch.randn(1, 2, 24, 16)
+    for _ in range(2):
+        (out,) = op(q, kk, v, True)
+        mask = torch.ones(20, 24, dtype=torch.bool).tril(diagonal=4)
+        torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(
+            q, kk, v, attn_mask=mask), atol=2e-5, rtol=2e-5)
+    assert fake_torch_neuronx.calls == ["attention", "attention"]
+    assert k.stats["traces"] == 1
+
+
+def test_adapter_fake_takes_symbolic_shapes(fake_torch_neuronx: types.ModuleType) -> None:
+    import dsl_kernels
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    k = _fresh(dsl_kernels.matmul)
+    op = make_neuron_op(k._ops)
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 2)
+    x, y = (mode.from_tensor(torch.randn(s), symbolic_context=dynamic) for s in [(64, 32), (32, 48)])
+    with mode:
+        (out,) = op(x, y)
+    assert [str(d) for d in out.shape] == [str(x.shape[0]), str(y.shape[1])]
+
+
+# -- a simulated `neuron` device (child process) ------------------------------------------------
+class SimulatedDevice:
+    """PrivateUse1 renamed `neuron`; tensors own CPU memory that this object keeps alive.
+    Allocation and copies have kernels of their own; every other aten op runs on CPU views."""
+
+    def __init__(self, name: str = "neuron"):
+        from torch.utils.backend_registration import (
+            _DummyBackendModule,
+            _setup_privateuseone_for_python_backend,
+        )
+
+        class Module(_DummyBackendModule):
+            def get_rng_state(self, device: Any = None) -> torch.Tensor:
+                return torch.zeros(0, dtype=torch.uint8)
+
+            def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
+                pass
+
+        _setup_privateuseone_for_python_backend(name, backend_module=Module())
+        self.name = name
+        self.device = torch.device(name, 0)
+        self._owners: dict[int, Any] = {}
+        self._set = torch.ops.aten.set_.source_Storage_storage_offset
+        self._cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+        aten = torch.library.Library("aten", "IMPL")
+        aten.impl("empty_strided", self._empty_strided, "PrivateUse1")
+        aten.impl("empty.memory_format", self._empty, "PrivateUse1")
+        aten.impl("_copy_from", self._copy_from, "PrivateUse1")
+        rest = torch.library.Library("_", "IMPL")
+        rest.fallback(self._fallback, "PrivateUse1")
+        self._libs = [aten, rest]
+
+    def _point(self, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        s = c.untyped_storage()
+        self._owners.setdefault(s.data_ptr(), s)
+        dev = torch._C._construct_storage_from_data_pointer(s.data_ptr(), self.device, s.nbytes())
+        return self._set.redispatch(self._cpu, t, dev, c.storage_offset(), c.shape, c.stride())
+
+    def to_device(self, c: torch.Tensor) -> torch.Tensor:
+        return self._point(torch._C._acc.create_empty_tensor((0,), c.dtype), c)
+
+    def to_cpu_view(self, t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        cpu = torch._C._construct_storage_from_data_pointer(s.data_ptr(), torch.device("cpu"),
+                                                            s.nbytes())
+        return torch.empty(0, dtype=t.dtype).set_(cpu, t.storage_offset(), t.shape, t.stride())
+
+    def _empty_strided(self, size: Any, stride: Any, *, dtype: Any = None, layout: Any = None,
+                       device: Any = None, pin_memory: Any = None) -> torch.Tensor:
+        return self.to_device(torch.empty_strided(size, stride, dtype=dtype))
+
+    def _empty(self, size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None, memory_format: Any = None) -> torch.Tensor:
+        return self.to_device(torch.empty(size, dtype=dtype,
+                                          memory_format=memory_format or torch.contiguous_format))
+
+    def _copy_from(self, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        view = lambda t: self.to_cpu_view(t) if t.device.type == self.name else t  # noqa: E731
+        view(dst).copy_(view(src))
+        return dst
+
+    def _fallback(self, op: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = dict(zip((a.name for a in op._schema.arguments), args)) | kwargs
+        written = {id(bound[a.name]) for a in op._schema.arguments
+                   if a.alias_info is not None and a.alias_info.is_write
+                   and isinstance(bound.get(a.name), torch.Tensor)}
+        dev_of: dict[int, torch.Tensor] = {}
+
+        def down(a: Any) -> Any:
+            if isinstance(a, torch.Tensor) and a.device.type == self.name:
+                c = self.to_cpu_view(a).clone() if id(a) in written else self.to_cpu_view(a)
+                dev_of[id(c)] = a
+                return c
+            if isinstance(a, torch.device) and a.type == self.name:
+                return torch.device("cpu")
+            return a
+
+        cargs, ckwargs = tree_map(down, (args, kwargs))
+        out = op(*cargs, **ckwargs)
+        for c in [*cargs, *ckwargs.values()]:
+            if id(c) in dev_of and id(dev_of[id(c)]) in written:
+                t = dev_of[id(c)]
+                if c.shape == t.shape and c.stride() == t.stride():
+                    self.to_cpu_view(t).copy_(c)
+                else:
+                    self._point(t, c)
+        return tree_map(lambda o: (dev_of[id(o)] if id(o) in dev_of else self.to_device(o))
+                        if isinstance(o, torch.Tensor) else o, out)
+
+
+_CHECKS: dict[str, Callable[[], None]] = {}
+
+
+def _check(fn: Callable[[], None]) -> Callable[[], None]:
+    _CHECKS[fn.__name__.removeprefix("check_")] = fn
+    return fn
+
+
+def _neuron(*shapes: tuple[int, ...]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    cpu = [torch.randn(s) for s in shapes]
+    return cpu, [c.to("neuron") for c in cpu]
+
+
+@_check
+def check_route_picks_the_neuron_op() -> None:
+    import dsl_kernels
+
+    ops = dsl_kernels.add_where._ops
+    (x, y), (xn, yn) = _neuron((16, 32), (16, 32))
+    op = ops.route((xn, yn))
+    assert op._qualname == f"kernel_dsl::{ops.base}_neuron"
+    assert op is ops.route((xn, yn)), "the neuron op is made once"
+    assert ops.route((x, y)) is ops.cpu[dsl_kernels.add_where.backend_name()]
+
+
+@_check
+def check_eager_calls_match_torch() -> None:
+    import dsl_kernels
+
+    (x, y), (xn, yn) = _neuron((37, 50), (37, 50))
+    out = dsl_kernels.add_where(xn, yn)
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), torch.where(x > y, x - y, 0.5 * y))
+    (a, b), (an, bn) = _neuron((70, 130), (130, 40))
+    out = dsl_kernels.matmul(an, bn)
+    assert out.device.type == "neuron" and out.shape == (70, 40)
+    torch.testing.assert_close(out.cpu(), a @ b, rtol=1e-4, atol=1e-4)
+    (q, k, v), (qn, kn, vn) = _neuron((1, 2, 30, 16), (1, 2, 30, 16), (1, 2, 30, 16))
+    out = dsl_kernels.attention(qn, kn, vn, True)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out.cpu(), want, atol=2e-5, rtol=2e-5)
+
+
+@_check
+def check_compile_fullgraph_dynamic() -> None:
+    import dsl_kernels
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda p, q: dsl_kernels.add_where(p, q) * 2.0, fullgraph=True, dynamic=True,
+                      backend=counter)
+    for shape in [(16, 32), (8, 24)]:
+        (x, y), (xn, yn) = _neuron(shape, shape)
+        out = f(xn, yn)
+        assert out.device.type == "neuron"
+        torch.testing.assert_close(out.cpu(), torch.where(x > y, x - y, 0.5 * y) * 2.0)
+    assert counter.frame_count == 1, counter.frame_count
+
+
+@_check
+def check_opcheck() -> None:
+    import dsl_kernels
+
+    op = dsl_kernels.add_where._ops.neuron_op()._opoverload
+    result = torch.library.opcheck(op, tuple(_neuron((16, 32), (16, 32))[1]))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def _child_main() -> None:
+    SimulatedDevice("neuron")
+    sys.modules.update(fake_torch_neuronx_modules())
+    os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = "trn2"
+    proposed_route_change()
+    results = {}
+    for name, check in _CHECKS.items():
+        try:
+            check()
+            results[name] = "ok"
+        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
+            results[name] = traceback.format_exc()
+    print(_MARKER + json.dumps(results), flush=True)
+
+
+@pytest.fixture(scope="module")
+def child() -> dict[str, str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_MARKER):
+            return dict(json.loads(line[len(_MARKER):]))
+    pytest.fail(f"the simulated-neuron child exited with {proc.returncode} and no results:\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+
+
+@pytest.mark.parametrize("check", list(_CHECKS))
+def test_simulated_neuron_device(child: dict[str, str], check: str) -> None:
+    assert check in child, f"the child ran no check {check!r}: {sorted(child)}"
+    if child[check] != "ok":
+        pytest.fail(f"{check} on the simulated neuron device:\n{child[check]}", pytrace=False)
+
+
+if __name__ == "__main__":
+    _child_main()
