@@ -8,7 +8,7 @@ Rules applied here so that every backend sees explicit IR:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -57,7 +57,10 @@ class Tile:
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        return dispatch(func, args, kwargs or {})
+        # while a kernel is traced, TraceMode sees every torch call first; reaching here means
+        # a tile escaped the trace
+        raise KernelSyntaxError("tile values exist only while a kernel is traced", user_loc(),
+                                "keep tiles inside the kernel function")
 
 
 class TileValue:
@@ -219,7 +222,10 @@ class TileValue:
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        return dispatch(func, args, kwargs or {})
+        # while a kernel is traced, TraceMode sees every torch call first; reaching here means
+        # a tile escaped the trace
+        raise KernelSyntaxError("tile values exist only while a kernel is traced", user_loc(),
+                                "keep tiles inside the kernel function")
 
 
 SUPPORTED_HINT = ("device code supports arithmetic and comparisons, @ / torch.matmul / kd.dot, "
@@ -550,71 +556,3 @@ def full(shape: Any, value: Any, dtype: torch.dtype | None) -> TileValue:
         value = bool(value)
     return _emit("full", [], {"shape": tuple(dims), "value": float(value) if dtypes.is_float(dt)
                               else int(value)}, tuple(dims), dt)
-
-
-# -- torch functions on tile values ----------------------------------------------------------
-def _dim_kw(fn: Callable[..., TileValue]) -> Callable[..., TileValue]:
-    def h(x: Any, dim: Any = None, keepdim: bool = False, **kw: Any) -> TileValue:
-        return fn(x, kw.get("axis", dim), keepdim)
-    return h
-
-
-def _like(value: float) -> Callable[..., TileValue]:
-    def h(x: Any, *, dtype: Any = None, **_: Any) -> TileValue:
-        t = _as_tile(x)
-        return full(t.v.shape, value, dtype or t.dtype)
-    return h
-
-
-def _unary(kind: str) -> Callable[..., TileValue]:
-    return lambda x: unary(kind, x)
-
-
-def _binary(kind: str) -> Callable[..., TileValue]:
-    return lambda a, b: binary(kind, a, b)
-
-
-F = torch.nn.functional
-HANDLERS: dict[Any, Callable[..., Any]] = {
-    torch.add: lambda a, b, alpha=1: add(a, b if alpha == 1 else binary("mul", b, alpha)),
-    torch.sub: lambda a, b, alpha=1: binary("sub", a, b if alpha == 1 else binary("mul", b, alpha)),
-    torch.mul: _binary("mul"), torch.div: _binary("div"), torch.true_divide: _binary("div"),
-    torch.pow: _binary("pow"), torch.maximum: _binary("max"), torch.minimum: _binary("min"),
-    torch.lt: _binary("lt"), torch.le: _binary("le"), torch.gt: _binary("gt"),
-    torch.ge: _binary("ge"), torch.eq: _binary("eq"), torch.ne: _binary("ne"),
-    torch.logical_and: _binary("and"), torch.logical_or: _binary("or"),
-    torch.logical_not: _unary("not"),
-    torch.exp: _unary("exp"), torch.exp2: _unary("exp2"), torch.log: _unary("log"),
-    torch.sqrt: _unary("sqrt"), torch.rsqrt: _unary("rsqrt"), torch.tanh: _unary("tanh"),
-    torch.sigmoid: _unary("sigmoid"), torch.abs: _unary("abs"), torch.neg: _unary("neg"),
-    torch.relu: _unary("relu"), torch.sin: _unary("sin"), torch.cos: _unary("cos"),
-    torch.erf: _unary("erf"), F.relu: _unary("relu"),
-    F.silu: lambda x: binary("mul", x, unary("sigmoid", x)),
-    torch.where: where, torch.clamp: lambda x, min=None, max=None: clamp(x, min, max),
-    torch.matmul: dot, torch.mm: dot, torch.bmm: dot,
-    torch.addmm: lambda acc, a, b: add(acc, dot(a, b)),
-    torch.sum: _dim_kw(lambda x, d, k: reduce("sum", x, d, k)),
-    torch.amax: _dim_kw(lambda x, d, k: reduce("max", x, d, k)),
-    torch.amin: _dim_kw(lambda x, d, k: reduce("min", x, d, k)),
-    torch.mean: _dim_kw(mean),
-    torch.transpose: transpose, torch.t: lambda x: transpose(x, 0, 1),
-    torch.unsqueeze: expand_dims, torch.permute: lambda x, dims: permute(x, (dims,)),
-    torch.zeros_like: _like(0.0), torch.ones_like: _like(1.0),
-    torch.full_like: lambda x, v, *, dtype=None, **_: full(_as_tile(x).v.shape, v,
-                                                            dtype or _as_tile(x).dtype),
-    torch.broadcast_to: lambda x, shape: broadcast(x, tuple(shape)),
-}
-
-
-def dispatch(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    """A torch function called with tile values: record it, or say what to write instead."""
-    h = HANDLERS.get(func)
-    if h is None:
-        name = getattr(func, "__name__", str(func))
-        raise UnsupportedOpError(f"`torch.{name}` is not supported in device code", user_loc(),
-                                 SUPPORTED_HINT)
-    kwargs = {k: v for k, v in kwargs.items() if k != "out" or v is None}
-    if "out" in kwargs:
-        raise KernelSyntaxError("`out=` is not supported in device code", user_loc(),
-                                "assign the result: `y = torch.exp(x)`")
-    return h(*args, **kwargs)

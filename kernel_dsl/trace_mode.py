@@ -8,9 +8,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from . import dtypes
-from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v, dispatch
+from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v
 from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError
 from .ir import Dim, Index, TensorParam, shape_str
+from .torch_functions import dispatch
 from .tracing import Tracer, assigned_name, user_loc
 
 _ALLOC_INIT = {
