@@ -1,5 +1,5 @@
 """`kdsl` (also `python -m kernel_dsl`): show a kernel's IR and generated source, check it with
-the real TPU compiler, run the demo."""
+the real TPU compiler, fuzz it against a PyTorch reference, run the demo."""
 from __future__ import annotations
 
 import argparse
@@ -111,6 +111,63 @@ def cmd_autotune(ns: argparse.Namespace) -> int:
     return 0 if res.best is not None else 1
 
 
+def _fuzz_dims(items: list[str]) -> dict[str, Any]:
+    """`m=1:512` (a range), `d=8,16,64` (these sizes) or `b=2` (one size), per --dim."""
+    dims: dict[str, Any] = {}
+    for item in items:
+        name, _, text = item.partition("=")
+        try:
+            if ":" in text:
+                lo, hi = text.split(":")
+                dims[name] = (int(lo), int(hi))
+            elif "," in text:
+                dims[name] = [int(v) for v in text.split(",")]
+            else:
+                dims[name] = int(text)
+        except ValueError:
+            raise SystemExit(f"kdsl: --dim {item!r}: use NAME=LO:HI, NAME=A,B,C or NAME=SIZE") from None
+    return dims
+
+
+def cmd_fuzz(ns: argparse.Namespace) -> int:
+    """Fuzzes a kernel against a PyTorch reference: progress bar on stderr, summary table (or
+    the failing case with its reproduction snippet) on stdout; exit status 1 on a failure."""
+    from . import testing  # hypothesis: only for this command
+
+    try:
+        k = testing.load_object(ns.kernel)
+        reference = testing.load_object(ns.reference)
+    except (ValueError, ImportError) as e:
+        raise SystemExit(f"kdsl: {e}") from None
+    if not isinstance(k, Kernel):
+        raise SystemExit(f"kdsl: {ns.kernel} is not a @kd.tpu_kernel function")
+    try:
+        if ns.replay:
+            result = testing.replay(k, reference, ns.signature, testing.Case.from_json(ns.replay))
+        else:
+            configs: Any = int(ns.configs) if ns.configs.isdigit() else ns.configs
+            profile = testing.active(ns.profile)
+            total = ns.max_examples or profile.max_examples
+            bar = None if ns.quiet else testing.ProgressBar(total)
+            try:
+                result = testing.fuzz(
+                    k, reference, ns.signature, dtypes=tuple(ns.dtypes.split(",")),
+                    dims=_fuzz_dims(ns.dim), configs=configs,
+                    backends=tuple(ns.backends.split(",")) if ns.backends else None,
+                    values=tuple(ns.values.split(",")), max_examples=ns.max_examples,
+                    seed=ns.seed, profile=profile, time_budget=ns.time_budget, progress=bar)
+            finally:
+                if bar is not None:
+                    bar.close()
+    except AssertionError as e:
+        print(e)
+        return 1
+    except ValueError as e:
+        raise SystemExit(f"kdsl: {e}") from None
+    print(result.table())
+    return 0
+
+
 def cmd_demo(ns: argparse.Namespace) -> int:
     from .examples.demo import main as demo_main
 
@@ -153,6 +210,25 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--plot", default=None, help="write a picture of the search (PNG)")
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(fn=cmd_autotune)
+    fz = sub.add_parser("fuzz", help="fuzz a kernel against a PyTorch reference (kernel_dsl.testing)")
+    fz.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
+    fz.add_argument("--reference", required=True, help="MODULE:FN or path/to/file.py:FN (same arguments)")
+    fz.add_argument("--signature", required=True,
+                    help='each argument\'s dims, shared names equal: "x[m,k], y[k,n], causal=False|True"')
+    fz.add_argument("--dtypes", default="f32,bf16,f16", help="comma-separated (default f32,bf16,f16)")
+    fz.add_argument("--backends", default=None, help="comma-separated (default: every registered one)")
+    fz.add_argument("--dim", action="append", default=[],
+                    help="sizes of a dim: NAME=LO:HI, NAME=A,B,C or NAME=SIZE (default 1:512)")
+    fz.add_argument("--values", default="normal,large", help="of normal,large,special")
+    fz.add_argument("--configs", default="all", help="all, default or N (the default and N-1 others)")
+    fz.add_argument("--max-examples", type=int, default=None, help="default: the profile's")
+    fz.add_argument("--seed", type=int, default=None, help="default: the profile's")
+    fz.add_argument("--profile", choices=("ci", "long"), default=None,
+                    help="default: $KD_FUZZ_PROFILE, else ci")
+    fz.add_argument("--time-budget", type=float, default=None, help="seconds (default: the profile's)")
+    fz.add_argument("--replay", default=None, help="run only this case (JSON from a failure message)")
+    fz.add_argument("--quiet", action="store_true", help="no progress bar")
+    fz.set_defaults(fn=cmd_fuzz)
     demo = sub.add_parser("demo", help="run a DSL matmul on CPU, check it, show its IR and source")
     demo.set_defaults(fn=cmd_demo)
     ns = ap.parse_args(argv)

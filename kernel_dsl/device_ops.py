@@ -380,7 +380,16 @@ def pad_fill(x: TileValue, axis: int, fill: float) -> TileValue:
     d = x.v.shape[axis]
     if not isinstance(d, TileVar):
         return x
-    return _emit("pad_fill", [x.v], {"axis": axis, "tile": d, "fill": fill}, x.v.shape, x.v.dtype)
+    tr = _tracer()
+    key = (x.v.id, axis, fill)
+    done = tr.pad_fills.get(key)  # the same masking twice (x.sum(-1) and x.mean(-1)): reuse it
+    # only within one region: a loop body must mask its own copy, since the loop's exit rewires
+    # uses of a carried value inside the body (and only there)
+    if done is not None and done.region is tr.region:
+        return TileValue(done)
+    out = _emit("pad_fill", [x.v], {"axis": axis, "tile": d, "fill": fill}, x.v.shape, x.v.dtype)
+    tr.pad_fills[key] = out.v
+    return out
 
 
 def _identity(op: str, dtype: str) -> float:

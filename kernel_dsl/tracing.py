@@ -88,7 +88,7 @@ class Tracer:
         self.grid_done = False
         self._next_value = 0
         self.stored: set[int] = set()
-        self.uses: dict[int, int] = {}
+        self.pad_fills: dict[tuple[int, int, float], Value] = {}  # (value id, axis, fill) -> value
 
     # -- values and ops ------------------------------------------------------------------
     def new_value(self, shape: tuple[Dim, ...], dtype: str, op: Op | None, region: Region) -> Value:
