@@ -5,7 +5,9 @@
 - MXU time: the FLOPs of every dot, each dim padded up to the MXU tile (128 or 256), over the
   chip's bf16 peak (f32 operands at HIGHEST precision take ~6 bf16 passes; megacore chips reach
   their peak only when a parallel grid axis has at least two blocks; TPU7x's two TensorCores are
-  separate devices, so one kernel gets half the chip).
+  separate devices, so one kernel gets half the chip). Masked-out work (e.g. the upper triangle
+  of causal attention, which the kernel still computes) counts as FLOPs; vector and
+  transcendental (exp) work is not modelled.
 - HBM time: bytes actually moved. The TPU grid runs in lexicographic order and skips the DMA of
   a block whose index did not change since the previous step, so a BlockSpec whose index map
   depends on grid axes D is fetched prod(n_a for a up to the innermost axis of D) times.
@@ -35,10 +37,11 @@ class Estimate:
     hbm_seconds: float
     steps: int
     overhead_seconds: float
+    peak_flops: float  # what one kernel can reach on this target (one TensorCore on TPU7x)
 
     def utilization(self, target: TpuTarget) -> float:
-        """Useful FLOPs per second over the chip's bf16 peak."""
-        return self.flops / self.seconds / target.peak_bf16_flops if self.seconds else 0.0
+        """Useful FLOPs per second over the peak one kernel can reach on the target."""
+        return self.flops / self.seconds / self.peak_flops if self.seconds else 0.0
 
 
 def _pad(n: int, to: int) -> int:
@@ -111,12 +114,11 @@ def estimate(ir: KernelIR, config: Config, target: TpuTarget) -> Estimate:
     plan = plan_for(ir, config)
     useful, padded = _dot_cost(ir, plan, target)
     parallel_blocks = max((plan.nb(t) for t in ir.grid), default=1)
-    peak = target.peak_bf16_flops
+    device_peak = target.peak_bf16_flops
     if target.name == "tpu-v7x":
-        peak /= 2  # two TensorCores, two JAX devices: a kernel runs on one
-    elif target.megacore and parallel_blocks < 2:
-        peak /= 2  # nothing to split across the two TensorCores
-    mxu_s = padded / peak
+        device_peak /= 2  # two TensorCores, two JAX devices: a kernel runs on one
+    peak = device_peak / 2 if target.megacore and parallel_blocks < 2 else device_peak
+    mxu_s = padded / peak  # megacore: nothing to split across the two TensorCores
     hbm = _hbm_bytes(ir, plan)
     hbm_bw = target.hbm_bytes_per_s / (2 if target.name == "tpu-v7x" else 1)
     hbm_s = hbm / hbm_bw
@@ -124,5 +126,5 @@ def estimate(ir: KernelIR, config: Config, target: TpuTarget) -> Estimate:
     for g in plan.grid:
         steps *= g
     over = steps * STEP_OVERHEAD_S
-    return Estimate(max(mxu_s, hbm_s) + over, useful, mxu_s, hbm, hbm_s, steps, over)
+    return Estimate(max(mxu_s, hbm_s) + over, useful, mxu_s, hbm, hbm_s, steps, over, device_peak)
 
