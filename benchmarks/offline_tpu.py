@@ -21,7 +21,6 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from dsl_kernels import attention, layer_norm, matmul, softmax_two_pass  # noqa: E402
-
 from kernel_dsl.autotune import cost_model  # noqa: E402
 from kernel_dsl.lowering.pallas.targets import TARGETS, tpu_target  # noqa: E402
 
@@ -55,8 +54,10 @@ def run(budget: float, targets: list[str]) -> list[dict[str, Any]]:
                 continue
             est = cost_model.estimate(ir, res.best, tgt)
             chk = kernel.check(*args, targets=[target], config=res.best).entries[0]
+            bw = tgt.hbm_bytes_per_s / (2 if target == "tpu-v7x" else 1)
             row.update(config=json.loads(res.best.to_json()), model_us=round(est.seconds * 1e6, 1),
-                       pct_peak=round(100 * est.utilization(tgt), 1), flops=est.flops,
+                       pct_peak=round(100 * est.utilization(tgt), 1),
+                       pct_hbm=round(100 * est.hbm_bytes / est.seconds / bw, 1), flops=est.flops,
                        hbm_bytes=est.hbm_bytes, vmem_mib=None if chk.vmem_used is None else
                        round(chk.vmem_used / 2**20, 2), compiles=chk.ok)
             rows.append(row)
