@@ -85,7 +85,7 @@ def roofline(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                 continue
             ai = r["flops"] / r["hbm_bytes"]
             ax.scatter([ai], [r["flops"] / (r["model_us"] * 1e-6) / 1e12], s=30)
-            ax.annotate(r["kernel"].split(" ")[0], (ai, r["flops"] / (r["model_us"] * 1e-6) / 1e12),
+            ax.annotate(r["kernel"].replace(" bf16", "")[:22], (ai, r["flops"] / (r["model_us"] * 1e-6) / 1e12),
                         fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
