@@ -132,7 +132,10 @@ def _fuzz_dims(items: list[str]) -> dict[str, Any]:
 def cmd_fuzz(ns: argparse.Namespace) -> int:
     """Fuzzes a kernel against a PyTorch reference: progress bar on stderr, summary table (or
     the failing case with its reproduction snippet) on stdout; exit status 1 on a failure."""
-    from . import testing  # hypothesis: only for this command
+    try:
+        from . import testing  # hypothesis (the `test` extra): imported only for this command
+    except ImportError as e:
+        raise SystemExit(f"kdsl fuzz needs hypothesis ({e}): pip install 'kernel-dsl[test]'") from None
 
     try:
         k = testing.load_object(ns.kernel)

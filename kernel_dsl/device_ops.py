@@ -264,7 +264,13 @@ def cast_v(x: TileValue, dtype: str) -> TileValue:
 
 
 def cast(x: Any, dtype: torch.dtype) -> TileValue:
-    return cast_v(_as_tile(x), _ir_dtype(dtype))
+    t, dt = _as_tile(x), _ir_dtype(dtype)
+    op = t.v.op
+    if dt == "f32" and t.v.dtype != "f32" and op is not None and op.kind == "dot" \
+            and len(op.operands) == 2:
+        # `(a @ b).to(torch.float32)`: keep the f32 product instead of rounding it first
+        return _emit("dot", list(op.operands), {}, t.v.shape, "f32")
+    return cast_v(t, dt)
 
 
 def _as_tile(x: Any) -> TileValue:

@@ -51,7 +51,8 @@ def softmax_two_pass(x: torch.Tensor) -> torch.Tensor:
         for tn in kd.tile(n):
             v = x[tm, tn].to(torch.float32)
             new_mx = torch.maximum(mx, v.amax(dim=-1))
-            den = den * torch.exp(mx - new_mx) + torch.exp(v - new_mx[:, None]).sum(dim=-1)
+            safe = torch.where(new_mx == float("-inf"), 0.0, new_mx)  # no -inf - -inf
+            den = den * torch.exp(mx - safe) + torch.exp(v - safe[:, None]).sum(dim=-1)
             mx = new_mx
         for tn in kd.tile(n):
             v = x[tm, tn].to(torch.float32)

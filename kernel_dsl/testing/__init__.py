@@ -8,14 +8,14 @@
 Files, one job each: signature.py (the "x[m,k], y[k,n]" grammar), case.py (one example and its
 inputs), strategies.py (hypothesis strategies: size pools, configs), tolerance.py (the
 tolerance policy), snippet.py (runnable reproduction), report.py (summary table, progress),
-profiles.py (CI and long profiles), fuzz.py (the search).
+profiles.py (CI and long profiles), search.py (`fuzz` itself: the hypothesis search).
 """
 from __future__ import annotations
 
 from .case import Case, build_args, make_input, poison_outputs
-from .fuzz import DEFAULT_DTYPES, DEFAULT_VALUES, fuzz, replay
 from .profiles import CI, LONG, Profile, active
 from .report import FuzzResult, ProgressBar
+from .search import DEFAULT_DTYPES, DEFAULT_VALUES, fuzz, replay
 from .signature import Signature, parse
 from .snippet import load_object
 from .strategies import dim_pool

@@ -128,7 +128,10 @@ def make_input(shape: list[int], dtype: torch.dtype, *, layout: str = "contiguou
         for p, k in zip(pos, kind):
             rows[p // rows.shape[1], p % rows.shape[1]] = specials[k]
         r = int(torch.randint(0, rows.shape[0], (1,), generator=g))
-        j = int(torch.randint(1, rows.shape[1] + 1, (1,), generator=g))
+        n = rows.shape[1]
+        pick = int(torch.randint(0, 3, (1,), generator=g))  # all, all but the last, any prefix
+        any_j = int(torch.randint(1, n + 1, (1,), generator=g))
+        j = (n, max(n - 1, 1), any_j)[pick]
         rows[r] = clean[r]  # a masked row is otherwise clean: -inf prefix, then normal values
         rows[r, :j] = float("-inf")
         view.copy_(rows.reshape(view.shape))  # through the view into `buf`

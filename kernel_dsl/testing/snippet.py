@@ -28,8 +28,7 @@ def object_spec(obj: Any) -> tuple[str, str, str | None]:
     path when the object's module cannot be imported by name (a script, `kdsl` file loading)."""
     fn = getattr(obj, "fn", obj)  # a Kernel wraps the user's function
     module = getattr(fn, "__module__", None) or "?"
-    qual = getattr(obj, "name", None) if hasattr(obj, "fn") else None
-    qual = getattr(fn, "__qualname__", qual or "?")
+    qual = getattr(fn, "__qualname__", None) or getattr(obj, "name", "?")
     try:
         path = inspect.getsourcefile(fn)
     except TypeError:
@@ -110,7 +109,8 @@ def _import_lines(obj: Any, alias: str, paths: list[str]) -> list[str]:
 def _on_default_path(module: str) -> bool:
     """Whether `module` imports without any sys.path change (an installed package)."""
     top = module.split(".")[0]
-    spec = importlib.util.find_spec(top) if top not in sys.modules else getattr(sys.modules[top], "__spec__", None)
+    mod = sys.modules.get(top)
+    spec = getattr(mod, "__spec__", None) if mod is not None else importlib.util.find_spec(top)
     origin = getattr(spec, "origin", None) or ""
     return "site-packages" in origin or top == "kernel_dsl"
 

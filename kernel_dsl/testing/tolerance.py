@@ -9,17 +9,22 @@ rounded) inputs.
 
 Per output, with e the exact result, t PyTorch's in the dtype, k the kernel's and eps the
 dtype's machine epsilon, over the elements where all three are finite:
-  elementwise  |k - e| <= 2 |t - e| + eps (R |e| + A max|e|)
-  aggregate    ||k - e||_2 <= 2 ||t - e||_2 + eps G ||e||_2
+  elementwise  |k - e| <= 2 |t - e| + eps (R |e| + A max|e|) + F
+  aggregate    ||k - e||_2 <= 2 ||t - e||_2 + eps G ||e||_2          (bf16, f16)
 The elementwise check catches local damage (a wrong mask, a dropped tile, one bad lane); the
 aggregate one catches precision lost everywhere by a little (bf16 accumulation), which hides
-in the per-element noise of a low-precision result but adds up in the norm. R, A, G per dtype
-(measured on the test kernels across backends, about 2x above the largest seen there):
-- f32: R = A = 8, G = 4. PyTorch's f32 is often more accurate than a tiled kernel can be
-  (its softmax, its blocked GEMM), so 2x its error alone would be too tight.
-- bf16/f16: R = A = 2, G = 0.25. Rounding the output dominates both errors; the elementwise
-  allowance covers a one-ulp difference in that rounding, and G stays small so that several
-  extra roundings per element (low-precision accumulation) fail the aggregate check.
+in the per-element noise of a low-precision result but adds up in the norm. Per dtype:
+- bf16/f16: R = A = 2, G = 1, F = 0. Rounding the output dominates both errors; R and A
+  cover a one-ulp difference in that rounding. G allows, where PyTorch happens to be exact
+  (a one-hot softmax returns a row of v unchanged), one extra rounding of an intermediate
+  (the flash-attention idiom `p.to(v.dtype) @ v`, up to eps/2 relative) plus the output's
+  own rounding (eps/2): a kernel at G is as good as PyTorch but for one rounding. Rounding an
+  accumulator at every k block exceeds it. Correct kernels stay below about 0.5 of the
+  tolerance on the test kernels.
+- f32: R = A = 8, F = 1e-5 (torch.testing's f32 atol), no aggregate check. PyTorch's f32 is
+  sometimes far more accurate than a tiled kernel can be (a 1 x K x 1 matmul is a dot product
+  it sums nearly exactly), so twice its error says little there; the eps terms and F allow
+  ordinary f32 accumulation error, and any real f32 bug is far larger.
 Non-finite results: where the exact result rounded to the dtype is inf or NaN, the kernel must
 give the same (or what PyTorch gives); where it is finite, a kernel inf/NaN fails unless
 PyTorch's is not finite there either. NaN where the exact result is finite usually means an
@@ -38,13 +43,14 @@ class Tolerance:
 
     rtol: float  # x eps x |exact|, per element
     atol: float  # x eps x max|exact| of the output, per element
-    agg: float  # x eps x ||exact||_2, on the error norm
+    agg: float | None  # x eps x ||exact||_2, on the error norm; None: no aggregate check
+    abs_floor: float = 0.0  # an absolute allowance per element (torch.testing's f32 atol)
 
 
 TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.float32: Tolerance(8.0, 8.0, 4.0),
-    torch.bfloat16: Tolerance(2.0, 2.0, 0.25),
-    torch.float16: Tolerance(2.0, 2.0, 0.25),
+    torch.float32: Tolerance(8.0, 8.0, None, 1e-5),
+    torch.bfloat16: Tolerance(2.0, 2.0, 1.0),
+    torch.float16: Tolerance(2.0, 2.0, 1.0),
 }
 
 
@@ -55,6 +61,8 @@ class Comparison:
 
     ok: bool = True
     tightest: float = 0.0
+    elementwise: float = 0.0  # the tightest fraction of the elementwise check alone
+    aggregate: float = 0.0  # ... and of the aggregate (norm) check
     problems: list[str] = field(default_factory=list)
 
     def fail(self, line: str) -> None:
@@ -110,10 +118,11 @@ def _compare_float(i: int, k: torch.Tensor, e: torch.Tensor, t: torch.Tensor,
     kk, tt, ee = k[both], t[both], e[both]
     err_k, err_t = (kk - ee).abs(), (tt - ee).abs()
     scale = ee.abs().max()
-    bound = 2 * err_t + eps * (tol.rtol * ee.abs() + tol.atol * scale)
+    bound = 2 * err_t + eps * (tol.rtol * ee.abs() + tol.atol * scale) + tol.abs_floor
     frac = torch.where(bound > 0, err_k / bound, torch.where(err_k > 0, torch.inf, 0.0))
     worst = int(frac.argmax())
-    res.tightest = max(res.tightest, float(frac[worst]))
+    res.elementwise = max(res.elementwise, float(frac[worst]))
+    res.tightest = max(res.tightest, res.elementwise)
     bad = err_k > bound
     local = bool(bad.any())
     if local:
@@ -123,9 +132,12 @@ def _compare_float(i: int, k: torch.Tensor, e: torch.Tensor, t: torch.Tensor,
                  f"PyTorch {_fmt(tt[worst].item())} (error {_fmt(err_k[worst].item())}, allowed "
                  f"{_fmt(bound[worst].item())} = 2 x PyTorch's error + "
                  f"{_fmt(bound[worst].item() - 2 * err_t[worst].item())})")
+    if tol.agg is None:
+        return
     norm_k, norm_t = float(err_k.norm()), float(err_t.norm())
     agg_bound = 2 * norm_t + eps * tol.agg * float(ee.norm())
     agg_frac = norm_k / agg_bound if agg_bound > 0 else (float("inf") if norm_k > 0 else 0.0)
+    res.aggregate = max(res.aggregate, agg_frac)
     res.tightest = max(res.tightest, agg_frac)
     if norm_k > agg_bound and local:
         res.ok = False  # already reported by the elementwise line
