@@ -1,0 +1,94 @@
+"""Flash attention backward, in the DSL: three kernels in the forward's folded layout.
+
+1. `flash_attention_bwd_delta`: delta = rowsum(dO * O) in f32, [B*Hkv, G*Sq, 1].
+2. `flash_attention_bwd_dkv`: one grid point per key block; a loop over all query rows (all G
+   heads of the group, so grouped-query gradients are summed in f32 inside the kernel)
+   recomputes P = exp(S - lse) and accumulates dV += P^T dO and dK += dS^T Q, with
+   dS = P * (dO V^T - delta).
+3. `flash_attention_bwd_dq`: one grid point per query block; a loop over key blocks
+   accumulates dQ += dS K.
+The forward's lse is -inf for rows that see no key: such rows get P = 0 (never NaN), so all
+their gradients are zero. Masked entries are zeroed after the exponential, for the same reason.
+"""
+from __future__ import annotations
+
+import torch
+
+import kernel_dsl as kd
+
+from .base import library_kernel
+
+F32 = torch.float32
+NEG_INF = float("-inf")
+
+
+@library_kernel
+def flash_attention_bwd_delta(o: torch.Tensor, do: torch.Tensor):
+    bh, rows, dv = o.shape
+    delta = torch.empty([bh, rows, 1], dtype=torch.float32, device=o.device)
+    for tb, tq in kd.tile([bh, rows]):
+        prod = o[tb, tq, :].to(F32) * do[tb, tq, :].to(F32)
+        delta[tb, tq, :] = prod.sum(dim=-1, keepdim=True)
+    return delta
+
+
+@library_kernel
+def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
+                            lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor,
+                            scale: float, causal: bool, offset: int):
+    bh, rows, d = q.shape
+    skv = k.shape[1]
+    dv = v.shape[2]
+    dk = torch.empty_like(k)
+    dvo = torch.empty_like(v)
+    for tb, tk in kd.tile([bh, skv]):
+        kb = k[tb, tk, :]
+        vb = v[tb, tk, :]
+        dk_acc = kd.zeros([tb, tk, d], dtype=F32)
+        dv_acc = kd.zeros([tb, tk, dv], dtype=F32)
+        for tq in kd.tile(rows):
+            qb = q[tb, tq, :]
+            dob = do[tb, tq, :]
+            lse_b = lse[tb, tq, :]
+            lse_b = torch.where(lse_b == NEG_INF, 0.0, lse_b)
+            s = (qb @ kb.transpose(-2, -1)).to(F32)
+            p = torch.exp(s * scale - lse_b)
+            if causal:
+                visible = tk.index[None, None, :] <= qpos[tq, :][None] + offset
+                p = torch.where(visible, p, 0.0)
+            dv_acc = dv_acc + p.to(do.dtype).transpose(-2, -1) @ dob
+            dp = (dob @ vb.transpose(-2, -1)).to(F32)
+            ds = p * (dp - delta[tb, tq, :])
+            dk_acc = dk_acc + ds.to(q.dtype).transpose(-2, -1) @ qb
+        dk[tb, tk, :] = (dk_acc * scale).to(dk.dtype)
+        dvo[tb, tk, :] = dv_acc.to(dvo.dtype)
+    return dk, dvo
+
+
+@library_kernel
+def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
+                           lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor,
+                           scale: float, causal: bool, offset: int):
+    bh, rows, d = q.shape
+    skv = k.shape[1]
+    dq = torch.empty_like(q)
+    for tb, tq in kd.tile([bh, rows]):
+        qb = q[tb, tq, :]
+        dob = do[tb, tq, :]
+        lse_b = lse[tb, tq, :]
+        lse_b = torch.where(lse_b == NEG_INF, 0.0, lse_b)
+        delta_b = delta[tb, tq, :]
+        dq_acc = kd.zeros([tb, tq, d], dtype=F32)
+        if causal:
+            limit = qpos[tq, :][None] + offset
+        for tk in kd.tile(skv):
+            kb = k[tb, tk, :]
+            s = (qb @ kb.transpose(-2, -1)).to(F32)
+            p = torch.exp(s * scale - lse_b)
+            if causal:
+                p = torch.where(tk.index[None, None, :] <= limit, p, 0.0)
+            dp = (dob @ v[tb, tk, :].transpose(-2, -1)).to(F32)
+            ds = p * (dp - delta_b)
+            dq_acc = dq_acc + ds.to(k.dtype) @ kb
+        dq[tb, tq, :] = (dq_acc * scale).to(dq.dtype)
+    return dq

@@ -1,0 +1,145 @@
+"""Offline autotuning of the library kernels for TPU targets: writes `configs/<target>.json`.
+
+    python -m kernel_dsl.kernels.tune --target tpu-v6e [--budget 40] [--only flash_attention_fwd]
+
+For each library kernel at the common shapes below, `kernel.autotune(..., target=...)` (the
+"model" evaluator: the analytical cost model ranks the config space, the VMEM estimate prunes,
+libtpu's compile-only target must accept the winner, whose output is then checked against the
+default config on CPU) picks a config; the winners go to the target's JSON file with their
+modelled time and measured VMEM. `tuned.py` loads them at run time. Runs without a TPU.
+Tuning state goes to a fresh cache directory, so the user's autotuning cache is not touched.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from ..autotune.cache import TuningCache
+from ..lowering.pallas.targets import TPU_TARGETS
+from ..version import __version__
+from . import KERNELS
+from .tuned import CONFIG_DIR
+
+E, BF, I32 = torch.empty, torch.bfloat16, torch.int32
+SHIPPED_TARGETS = ("tpu-v4", "tpu-v5e", "tpu-v6e", "tpu-v5p", "tpu-v7x")
+
+
+def _attention(bh: int, s: int, d: int) -> list[tuple[str, tuple[Any, ...]]]:
+    q, st, qp = E(bh, s, d, dtype=BF), E(bh, s, 1), E(s, 1, dtype=I32)
+    sc = (d ** -0.5, False, 0)
+    return [("flash_attention_fwd", (q, q, q, E(1, 1, dtype=I32), *sc)),
+            ("flash_attention_bwd_delta", (q, q)),
+            ("flash_attention_bwd_dkv", (q, q, q, q, st, st, qp, *sc)),
+            ("flash_attention_bwd_dq", (q, q, q, q, st, st, qp, *sc))]
+
+
+def _matmul(m: int, k: int, n: int) -> list[tuple[str, tuple[Any, ...]]]:
+    d = E(1, 1)
+    return [("matmul_kernel", (E(1, m, k, dtype=BF), E(1, k, n, dtype=BF), d, d, 0, False, False,
+                               False, False, 0))]
+
+
+def _rows(m: int, n: int) -> list[tuple[str, tuple[Any, ...]]]:
+    x, w, st = E(m, n, dtype=BF), E(1, n, dtype=BF), E(m, 1)
+    return [("softmax_fwd", (x,)), ("softmax_bwd", (x, x)),
+            ("rms_norm_fwd", (x, w, 1e-6, True)), ("rms_norm_bwd_dx", (x, w, x, st, True)),
+            ("rms_norm_bwd_dw", (x, x, st)),
+            ("layer_norm_fwd", (x, w, w, 1e-5, True, True)),
+            ("layer_norm_bwd_dx", (x, w, x, st, st, True)), ("layer_norm_bwd_dwb", (x, x, st, st)),
+            ("column_sum", (x,))]
+
+
+def problems() -> list[tuple[str, tuple[Any, ...]]]:
+    """The common shapes (bf16): attention [B*Hkv, S, 128] for S = 512..8192 and B*Hkv = 8 and
+    64 (the benchmark's shapes fold to 64), square and MLP-sized matmuls, rows of 4096 and 8192
+    hidden units."""
+    out: list[tuple[str, tuple[Any, ...]]] = []
+    for bh, s in ((8, 512), (8, 2048), (8, 8192), (64, 512), (64, 2048), (64, 8192)):
+        out += _attention(bh, s, 128)
+    for m, k, n in ((1024, 1024, 1024), (4096, 4096, 4096), (8192, 4096, 14336)):
+        out += _matmul(m, k, n)
+    for m, n in ((8192, 4096), (4096, 8192)):
+        out += _rows(m, n)
+    return out
+
+
+def entry_args(kernel: Any, entry: dict[str, Any]) -> tuple[Any, ...]:
+    """Shape-only arguments that reproduce an entry's specialization (meta tensors + scalars)."""
+    from ..dtypes import IR_TO_TORCH
+
+    shapes, dts, scalars = iter(entry["shapes"]), iter(entry["dtypes"]), iter(entry["scalars"])
+    return tuple(torch.empty(next(shapes), dtype=IR_TO_TORCH[next(dts)], device="meta")
+                 if kind == "Tensor" else next(scalars) for kind in kernel.kinds)
+
+
+def tune_target(target: str, budget: float, only: set[str] | None, log: Any) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = TuningCache(tmp, version=__version__)
+        for name, args in problems():
+            if only and name not in only:
+                continue
+            kernel = KERNELS[name]
+            ir = kernel.ir(*args)
+            t0 = time.time()
+            res = kernel.autotune(*args, target=target, budget=budget, cache=cache, use_cache=False)
+            best = res.best_candidate
+            shapes = [list(p.shape) for p in ir.inputs]
+            log(f"{target} {name} {shapes}: {res.best!r} "
+                f"({'-' if best is None else f'{best.seconds:.3g} s model'}, {time.time() - t0:.0f} s)")
+            if res.best is None or best is None:
+                continue
+            entries.append({"kernel": name, "shapes": shapes, "dtypes": [p.dtype for p in ir.inputs],
+                            "scalars": [a for a in args if not isinstance(a, torch.Tensor)],
+                            "config": json.loads(res.best.to_json()), "model_s": best.seconds,
+                            "utilization": best.utilization, "vmem_used": best.vmem_used,
+                            "verified": res.verified})
+    return entries
+
+
+def write(target: str, entries: list[dict[str, Any]], budget: float, merge: bool) -> str:
+    path = os.path.join(CONFIG_DIR, f"{target}.json")
+    if merge and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f).get("entries", [])
+        keys = {(e["kernel"], json.dumps(e["shapes"]), json.dumps(e["dtypes"])) for e in entries}
+        entries = [e for e in old if (e["kernel"], json.dumps(e["shapes"]),
+                                      json.dumps(e["dtypes"])) not in keys] + entries
+    data = {"target": target, "version": __version__,
+            "command": f"python -m kernel_dsl.kernels.tune --target {target} --budget {budget:g}",
+            "evaluator": "model: analytical cost model + libtpu compile-only check + CPU output check",
+            "entries": sorted(entries, key=lambda e: (e["kernel"], e["shapes"]))}
+    os.makedirs(CONFIG_DIR, exist_ok=True)
+    tmp = path + ".tmp"
+    head = json.dumps({k: v for k, v in data.items() if k != "entries"}, indent=1)[:-2]
+    rows = ",\n  ".join(json.dumps(e, sort_keys=True) for e in data["entries"])
+    with open(tmp, "w") as f:  # one entry per line: readable diffs when configs are re-tuned
+        f.write(f'{head},\n "entries": [\n  {rows}\n ]\n}}\n')
+    os.replace(tmp, path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernel_dsl.kernels.tune", description=__doc__)
+    ap.add_argument("--target", action="append", choices=TPU_TARGETS,
+                    help="TPU target (repeatable); default: every TPU target")
+    ap.add_argument("--budget", type=float, default=40.0, help="seconds per kernel and shape")
+    ap.add_argument("--only", action="append", help="tune only these kernels (repeatable)")
+    a = ap.parse_args(argv)
+    only = set(a.only) if a.only else None
+    for target in a.target or SHIPPED_TARGETS:
+        entries = tune_target(target, a.budget, only,
+                              lambda msg: print(msg, file=sys.stderr, flush=True))
+        print(write(target, entries, a.budget, merge=only is not None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The shipped TPU configs: `kernels/configs/<target>.json`, written by `kernels/tune.py`.
+
+Each file holds the offline autotuner's winners for one TPU generation, one entry per
+(kernel, input shapes, input dtypes); `scalars` records the scalar arguments it was tuned with:
+
+    {"target": "tpu-v6e", "command": "python -m kernel_dsl.kernels.tune --target tpu-v6e",
+     "entries": [{"kernel": "flash_attention_fwd", "shapes": [[8, 2048, 128], ...],
+                  "dtypes": ["bf16", ...], "scalars": [0.088, false, 0],
+                  "config": {"block_sizes": [512, 512], ...},
+                  "model_s": 4.9e-05, "vmem_used": 4411392}, ...]}
+
+Lookup: the entry with exactly these shapes and dtypes; otherwise the nearest entry of the same
+kernel and dtypes (distance: sum over dims of |log2 ratio|) whose config still fits the target's
+VMEM at the new shapes by the analytical estimate. Every candidate is rendered first, so a
+config the kernel no longer accepts (an edited kernel, a stale file) is skipped, never used.
+None when nothing fits: the caller then uses the backend's default config, which is valid for
+any shape.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from typing import Any
+
+from ..config import Config
+from ..errors import KernelError
+from ..ir import KernelIR
+from ..lowering.pallas.targets import TpuTarget
+
+CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
+
+
+@functools.lru_cache(maxsize=None)
+def entries(target: str) -> tuple[dict[str, Any], ...]:
+    """The shipped entries for one target ('tpu-v6e'); empty if none ship for it."""
+    path = os.path.join(CONFIG_DIR, f"{target}.json")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return ()
+    return tuple(e for e in data.get("entries", []) if isinstance(e, dict) and "config" in e)
+
+
+def _shapes(ir: KernelIR) -> list[list[int]]:
+    return [list(p.shape) for p in ir.inputs]
+
+
+def _distance(a: list[list[int]], b: list[list[int]]) -> float:
+    if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b)):
+        return math.inf
+    return sum(abs(math.log2(p) - math.log2(q)) for x, y in zip(a, b) for p, q in zip(x, y))
+
+
+def _fits(ir: KernelIR, cfg: Config, target: TpuTarget) -> bool:
+    from ..lowering.pallas import BACKEND  # the renderer: pure Python, no JAX
+
+    try:
+        gen = BACKEND.render(ir, cfg, target.name)
+    except KernelError:
+        return False
+    return BACKEND.estimate_vmem(gen) <= target.vmem_bytes
+
+
+_memo: dict[tuple[str, str, str], Config | None] = {}
+
+
+def lookup(name: str, ir: KernelIR, target: TpuTarget) -> Config | None:
+    """The shipped config of kernel `name` for this IR's shapes on `target`, or None."""
+    shapes = _shapes(ir)
+    dts = [p.dtype for p in ir.inputs]
+    memo_key = (name, json.dumps([shapes, dts]), target.name)
+    if memo_key in _memo:
+        return _memo[memo_key]
+    same = [e for e in entries(target.name) if e.get("kernel") == name and e.get("dtypes") == dts]
+    exact = [e for e in same if e.get("shapes") == shapes]
+    found: Config | None = None
+    for e in exact + sorted(same, key=lambda e: _distance(shapes, e.get("shapes", []))):
+        if _distance(shapes, e.get("shapes", [])) == math.inf:
+            break
+        cfg = Config.from_json(json.dumps(e["config"]))
+        if _fits(ir, cfg, target):  # also refuses a config the kernel no longer accepts
+            found = cfg
+            break
+    _memo[memo_key] = found
+    return found

@@ -1,0 +1,93 @@
+"""Shipped TPU configs (kernels/configs/<target>.json): well-formed, loaded automatically for
+TPU targets (exact shapes, then the nearest that fits), never used on CPU, overridden by an
+explicit config and by the user's own autotuning cache."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+import torch
+from kernel_dsl.kernels import KERNELS, base, tuned
+from kernel_dsl.kernels.tune import entry_args
+from kernel_dsl.lowering import pallas
+from kernel_dsl.lowering.pallas.targets import tpu_target
+
+import kernel_dsl as kd
+
+REQUIRED = ("tpu-v5e", "tpu-v6e", "tpu-v5p", "tpu-v7x")
+E, BF, I32 = torch.empty, torch.bfloat16, torch.int32
+
+
+def _fwd_args(bh: int, s: int) -> tuple[Any, ...]:
+    q = E(bh, s, 128, dtype=BF, device="meta")
+    return (q, q, q, E(1, 1, dtype=I32, device="meta"), 128 ** -0.5, False, 0)
+
+
+@pytest.mark.parametrize("target", REQUIRED)
+def test_shipped_file_is_well_formed(target: str) -> None:
+    path = os.path.join(tuned.CONFIG_DIR, f"{target}.json")
+    with open(path) as f:
+        data = json.load(f)
+    assert data["target"] == target and "kernel_dsl.kernels.tune" in data["command"]
+    names = {e["kernel"] for e in data["entries"]}
+    assert {"flash_attention_fwd", "flash_attention_bwd_dkv", "flash_attention_bwd_dq",
+            "matmul_kernel", "rms_norm_fwd", "layer_norm_fwd", "softmax_fwd"} <= names
+    tgt = tpu_target(target)
+    for e in data["entries"]:
+        kernel = KERNELS[e["kernel"]]
+        ir = kernel.ir(*entry_args(kernel, e))
+        cfg = kd.Config.from_json(json.dumps(e["config"]))
+        gen = pallas.BACKEND.render(ir, cfg, target)  # valid for its kernel and shapes
+        assert e["vmem_used"] is None or e["vmem_used"] <= tgt.vmem_bytes
+        assert pallas.BACKEND.estimate_vmem(gen) <= tgt.vmem_bytes
+        assert tuned.lookup(e["kernel"], ir, tgt) == cfg  # exact entries come back as shipped
+
+
+def test_tpu_targets_use_shipped_configs_cpu_uses_default() -> None:
+    kernel = KERNELS["flash_attention_fwd"]
+    args = _fwd_args(8, 2048)
+    ir = kernel.ir(*args)
+    shipped = tuned.lookup(kernel.name, ir, tpu_target("tpu-v6e"))
+    assert shipped is not None
+    assert repr(shipped) in kernel.source(*args, target="tpu-v6e")
+    default = kernel.default_config(*args, backend="pallas")
+    assert repr(default) in kernel.source(*args, backend="pallas")  # CPU: interpret, default
+    explicit = kd.Config([1, 64, 128], loop_mode="grid")
+    assert repr(explicit) in kernel.source(*args, target="tpu-v6e", config=explicit)
+
+
+def test_nearest_entry_for_unseen_shapes_and_none_when_nothing_fits(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = {"kernel": "flash_attention_fwd", "shapes": [[8, 2048, 128]] * 3 + [[1, 1]],
+             "dtypes": ["bf16"] * 3 + ["i32"], "scalars": [128 ** -0.5, False, 0],
+             "config": {"block_sizes": [2, 256, 512], "loop_mode": "inner"}}
+    (tmp_path / "tpu-v5e.json").write_text(json.dumps({"target": "tpu-v5e", "entries": [entry]}))
+    monkeypatch.setattr(tuned, "CONFIG_DIR", str(tmp_path))
+    tuned.entries.cache_clear()
+    monkeypatch.setattr(tuned, "_memo", {})
+    kernel, v5e = KERNELS["flash_attention_fwd"], tpu_target("tpu-v5e")
+    near = tuned.lookup(kernel.name, kernel.ir(*_fwd_args(16, 1024)), v5e)
+    assert near == kd.Config([2, 256, 512], loop_mode="inner")
+    # k and v resident in VMEM ('inner') do not fit at 4M keys: no shipped config, the default
+    assert tuned.lookup(kernel.name, kernel.ir(*_fwd_args(1, 1 << 22)), v5e) is None
+    tuned.entries.cache_clear()
+
+
+def test_users_own_autotuning_cache_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = kd.Config([1, 32, 128], loop_mode="grid")
+    monkeypatch.setattr(base, "tuned_config", lambda *a: mine)
+    kernel = KERNELS["flash_attention_fwd"]
+    assert repr(mine) in kernel.source(*_fwd_args(8, 2048), target="tpu-v6e")
+
+
+def test_the_tpu_pseudo_target_resolves_to_the_attached_chip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a TPU host the kernel object renders for "tpu": the library uses that chip's config
+    and VMEM limit."""
+    monkeypatch.setattr(base, "attached_tpu_target", lambda: "tpu-v6e")
+    kernel = KERNELS["flash_attention_fwd"]
+    args = _fwd_args(8, 2048)
+    src = kernel.source(*args, target="tpu")
+    assert "for target tpu-v6e" in src
+    assert repr(tuned.lookup(kernel.name, kernel.ir(*args), tpu_target("tpu-v6e"))) in src
