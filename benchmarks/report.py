@@ -78,7 +78,9 @@ def section_offline(data: Any) -> list[str]:
            "compile-only target, which reports the VMEM it allocates. **Times and % of peak are "
            "modelled, not measured**: no TPU was used. % of peak is against what one kernel can "
            "reach (one TensorCore of TPU7x). Causal attention counts the masked triangle it "
-           "still computes.", ""]
+           "still computes. After a cost-model change, `python benchmarks/offline_tpu.py "
+           "--rescore` recomputes the modelled columns for the saved winners (tuning seconds and "
+           "VMEM stay those of the tuning run).", ""]
     if data is None:
         return out + ["(no results saved)", ""]
     out += ["| kernel | target | tuned config | modelled us | % peak FLOP/s | % HBM BW | VMEM MiB | "
