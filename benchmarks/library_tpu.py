@@ -39,6 +39,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -395,11 +396,20 @@ def their_vmem(jobs: list[dict[str, Any]], timeout: float) -> dict[int, int | No
     by_target: dict[str, list[dict[str, Any]]] = {}
     for j in jobs:
         by_target.setdefault(j["target"], []).append(j)
+    # as kernel.check's workers: the CPU-only JAX_PLATFORMS of this process must not reach libtpu
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["TPU_SKIP_MDS_QUERY"] = "1"
     for target, tj in by_target.items():
-        proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--vmem-worker", TARGETS[target].topology],
-            input="".join(json.dumps(j) + "\n" for j in tj), capture_output=True, text=True,
-            timeout=timeout * len(tj))
+        for attempt in range(20):  # libtpu allows one process at a time (its lock file): wait
+            proc = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--vmem-worker", TARGETS[target].topology],
+                input="".join(json.dumps(j) + "\n" for j in tj), capture_output=True, text=True,
+                timeout=timeout * len(tj), env=env)
+            if proc.returncode == 0 or "lockfile" not in proc.stderr:
+                break
+            time.sleep(15)
+        if proc.returncode:
+            print(f"VMEM worker for {target} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
         for line in proc.stdout.splitlines():
             if line.startswith("{"):
                 r = json.loads(line)
