@@ -5,7 +5,7 @@ import math
 from typing import Any
 
 from ...config import Config, is_ragged
-from ...errors import ConfigError, SourceLoc
+from ...errors import BackendError, ConfigError, SourceLoc
 from ...ir import Dim, KernelIR, Op, TileVar, Value
 from .. import Generated
 from .plan import AxisPlan, LoopPhase, Plan, plan_for
@@ -176,7 +176,8 @@ class _KernelWriter:
             expr = (f"jnp.where({iota} + {self.begin(t)} < {t.extent}, {ins[0]}, "
                     f"{JNP[r.dtype]}({lit(a['fill'])}))")
         else:  # the verifier knows every op; reaching here is a renderer gap
-            raise NotImplementedError(f"pallas renderer has no rule for `{k}`")
+            raise BackendError(f"the pallas renderer has no rule for IR op `{k}`", op.loc,
+                               "this is a kernel_dsl bug; please report it with the kernel")
         self.bind(r, expr, op)
 
     def dot(self, op: Op, ins: list[str]) -> str:

@@ -198,7 +198,8 @@ class _KernelWriter:
             src = op.operands[0].dtype if op.operands else r.dtype
             e = elementwise(k, ins, src, r.dtype, self.cpu, self.helpers)
             if e is None:  # the verifier knows every op; reaching here is a renderer gap
-                raise NotImplementedError(f"triton renderer has no rule for `{k}`")
+                raise BackendError(f"the triton renderer has no rule for IR op `{k}`", op.loc,
+                                   "this is a kernel_dsl bug; please report it with the kernel")
             expr = e
         self.bind(r, expr, op)
 
