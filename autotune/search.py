@@ -105,3 +105,9 @@ def pattern(space: ConfigSpace, start: Config, objective: Objective, budget_s: f
 
 
 STRATEGIES = {"exhaustive": exhaustive, "random": random_search, "pattern": pattern}
+
+
+def run(name: str, space: ConfigSpace, start: Config, objective: Objective,
+        budget_s: float) -> list[tuple[Config, float]]:
+    """Runs strategy `name` to the end (budget or space exhausted): every (config, seconds)."""
+    return list(STRATEGIES[name](space, start, objective, budget_s))

@@ -32,7 +32,7 @@ from ..lowering.pallas.targets import tpu_target
 from ..version import __version__
 from .cache import TuningCache, shape_bucket
 from .cost_model import estimate
-from .search import STRATEGIES
+from .search import STRATEGIES, run
 
 Progress = Callable[[str], None]
 
@@ -205,8 +205,7 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
 
     name = strategy if strategy != "auto" else ("exhaustive" if len(space) <= 512 else "pattern")
     progress(f"searching {len(space)} configs ({name}, model)")
-    for _ in STRATEGIES[name](space, default, objective, budget * 0.3):
-        pass
+    run(name, space, default, objective, budget * 0.3)  # fills by_cfg through objective
     res.evaluations = len(by_cfg)
     ranked = sorted((c for c in by_cfg.values() if c.status == "unverified"),
                     key=lambda c: c.seconds or math.inf)
@@ -288,8 +287,7 @@ def tune_interpret(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: st
 
     name = strategy if strategy != "auto" else ("exhaustive" if len(space) <= 16 else "pattern")
     progress(f"searching {len(space)} configs ({name}, CPU interpreter)")
-    for _ in STRATEGIES[name](space, default, objective, budget):
-        pass
+    run(name, space, default, objective, budget)  # fills by_cfg through objective
     res.candidates = list(by_cfg.values())
     res.evaluations = len(by_cfg)
     ok = [c for c in res.candidates if c.status == "ok" and c.seconds is not None]

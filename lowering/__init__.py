@@ -46,6 +46,11 @@ def register(backend: Backend) -> Backend:
     return backend
 
 
+def unregister(name: str) -> None:
+    """Removes a backend added with `register` (tests that plant a faulty one must not leak it)."""
+    _BACKENDS.pop(name, None)
+
+
 def get(name: str) -> Backend:
     if name not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}", None,
