@@ -13,3 +13,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _backends_unchanged():  # type: ignore[no-untyped-def]
+    """A test that registers a backend must remove it: the fuzzer runs every registered one."""
+    from kernel_dsl import lowering
+
+    before = lowering.names()
+    yield
+    assert lowering.names() == before, "a test left a backend registered (lowering.unregister it)"
