@@ -1,11 +1,12 @@
-"""The analytical VMEM estimate against the VMEM the real TPU compiler allocates.
+"""The analytical VMEM estimate against the VMEM the real TPU compiler needs.
 
     python benchmarks/vmem_estimate.py [--target tpu-v6e] [--out benchmarks/vmem_estimate.md]
 
 For each (kernel, shape, config) the kernel is compiled with libtpu's compile-only target and
-its VMEM use measured (the compile is repeated under a tiny `vmem_limit_bytes`, raised to what
-each overflow message reports, until it compiles: the last limit is the use, to ~10 KiB). The
-estimate is `lowering/pallas/vmem.py`. Writes a markdown table and prints the summary.
+its VMEM need measured: the smallest `vmem_limit_bytes` the compiler accepts (climbing from
+4 KiB to what each overflow message reports, then bisecting down to within 3%, since a message
+can report more than the kernel needs; lowering/pallas/check_worker.py). The estimate is
+`lowering/pallas/vmem.py`. Writes a markdown table and prints the summary.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def main() -> None:
         e = r.entries[0]
         if not e.ok or e.vmem_used is None:
             rows.append(f"| {name} | `{cfg!r}` | {e.vmem_estimate / 2**20:.2f} | {e.status}: "
-                        f"{e.error_class} | |")
+                        f"{e.error_class} ({' '.join(e.message.split())[:80]}) | |")
             continue
         err = (e.vmem_estimate - e.vmem_used) / e.vmem_used
         errs.append(err)
@@ -70,8 +71,8 @@ def main() -> None:
         "# VMEM: analytical estimate vs the TPU compiler",
         "",
         f"Command: `python benchmarks/vmem_estimate.py --target {ns.target}` (libtpu compile-only "
-        "target on a CPU-only 2-core x86 machine; the compiler's figure is exact to ~10 KiB and "
-        "does not vary between runs).",
+        "target on a CPU-only 2-core x86 machine). Compiler figure: the smallest vmem_limit_bytes "
+        "libtpu accepts, to within 3% (usually 16 KiB); it does not vary between runs.",
         "",
         summary,
         "",

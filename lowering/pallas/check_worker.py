@@ -26,7 +26,9 @@ from .runner import load_module  # noqa: E402
 _DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16, "i32": jnp.int32,
            "i16": jnp.int16, "i8": jnp.int8, "u8": jnp.uint8, "bool": jnp.bool_}
 _devices: dict[str, Any] = {}
-MAX_LADDER = 8
+MAX_LADDER = 16  # climbing steps before giving up (doubling from 4 KiB: 128 MiB)
+MIN_LIMIT = 4096  # no kernel fits in less: one (8, 128) f32 tile
+VMEM_TOLERANCE = 0.03  # bisection stops within 3% of the figure
 
 
 def _device(topology: str) -> Any:
@@ -45,23 +47,44 @@ def _compile(mod: Any, entry: str, specs: list[Any], dev: Any, limit: int | None
         jax.jit(lambda *a: fn(*a, interpret=False)).lower(*specs).compile()
 
 
+def _compiles(mod: Any, entry: str, specs: list[Any], dev: Any, limit: int) -> tuple[bool, int | None]:
+    """(compiles under `limit`, the allocation the overflow message reports if not)."""
+    try:
+        _compile(mod, entry, specs, dev, limit)
+        return True, None
+    except Exception as e:  # noqa: BLE001  (the compiler's errors have no common type)
+        return False, parse_vmem(str(e))[0]
+
+
 def _measure_vmem(mod: Any, entry: str, specs: list[Any], dev: Any) -> int | None:
-    """VMEM the compiler allocates: compile under a tiny limit and raise it to what each
-    overflow message reports, until it compiles (each step is one more allocation)."""
-    limit = 4096
-    last = -1
-    for _ in range(MAX_LADDER):
-        try:
-            _compile(mod, entry, specs, dev, limit)
-            return limit
-        except Exception as e:  # noqa: BLE001  (the compiler's errors have no common type)
-            used = parse_vmem(str(e))[0]
-            if used is None:
-                return None
-            # sizes come rounded to 0.01 MiB: step just past the figure
-            limit = max(used, last) + 10 * 1024 if used <= last else used + 6 * 1024
-            last = used
-    return None
+    """The VMEM the kernel needs: the smallest vmem_limit_bytes the compiler accepts, to within
+    VMEM_TOLERANCE. Overflow messages give a first upper bound, but only a bound: they report
+    what the compiler tried to allocate, and XLA places whole operands in VMEM when the limit
+    allows (a (64, 2048, 1) f32 output asked for 72 MiB of a kernel that compiles in 8), so the
+    bound is bisected down. None where even MIN_LIMIT compiles (the limit does not govern this
+    kernel: seen for single-step grids on TPU7x)."""
+    lo = MIN_LIMIT
+    fits, used = _compiles(mod, entry, specs, dev, lo)
+    if fits:
+        return None
+    hi = None
+    for _ in range(MAX_LADDER):  # climb to the first limit that compiles
+        # just past the reported figure (rounded to 0.01 MiB); double where none helps
+        step = used + 16 * 1024 if used is not None and used > lo else 2 * lo
+        fits, used = _compiles(mod, entry, specs, dev, step)
+        if fits:
+            hi = step
+            break
+        lo = step
+    if hi is None:
+        return None
+    while hi - lo > max(64 * 1024, VMEM_TOLERANCE * hi):
+        mid = (lo + hi) // 2
+        if _compiles(mod, entry, specs, dev, mid)[0]:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
