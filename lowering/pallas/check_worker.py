@@ -78,6 +78,11 @@ def _measure_vmem(mod: Any, entry: str, specs: list[Any], dev: Any) -> int | Non
         lo = step
     if hi is None:
         return None
+    below = hi - max(64 * 1024, int(VMEM_TOLERANCE * hi))
+    if below > lo:
+        if not _compiles(mod, entry, specs, dev, below)[0]:
+            return hi  # the usual case, one compile: the message was the need
+        hi = below
     while hi - lo > max(64 * 1024, VMEM_TOLERANCE * hi):
         mid = (lo + hi) // 2
         if _compiles(mod, entry, specs, dev, mid)[0]:
