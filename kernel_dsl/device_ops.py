@@ -347,7 +347,12 @@ def where(cond: Any, a: Any, b: Any) -> TileValue:
     if c.v.dtype != "bool":
         raise DTypeError(f"torch.where needs a bool condition, got {c.v.dtype}", user_loc(),
                          "compare to make a mask, e.g. `torch.where(x > 0, x, 0.0)`")
-    (ta, tb), dt = _common(a, b)
+    if isinstance(a, TileValue) or isinstance(b, TileValue):
+        (ta, tb), dt = _common(a, b)
+    else:  # both branches scalars, e.g. a 0/1 mask: torch's dtype for the two Python scalars
+        dt = dtypes.promote(dtypes.scalar_dtype(a), dtypes.scalar_dtype(b))
+        ta, tb = _as_tile(a), _as_tile(b)
+        ta, tb = cast_v(ta, dt), cast_v(tb, dt)
     return _emit("where", [c.v, ta.v, tb.v], {}, _bshape("where", c, ta, tb), dt)
 
 

@@ -166,3 +166,18 @@ def test_outputs_come_back_in_return_order(backend: str) -> None:
     with kd.backend(backend):
         b, a = two_outputs(x)
     assert torch.equal(b, x * 2) and torch.equal(a, x + 1)
+
+
+@kd.kernel
+def positive_mask(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for t in kd.tile(x.shape):
+        out[t] = torch.where(x[t] > 0, 1.0, 0.0)  # both branches scalars
+    return out
+
+
+@pytest.mark.parametrize("backend", kd.lowering.names())
+def test_where_with_two_scalar_branches(backend: str) -> None:
+    x = torch.randn(37, 300)
+    with kd.backend(backend):
+        assert torch.equal(positive_mask(x), (x > 0).float())
