@@ -241,6 +241,8 @@ class Kernel:
         be = lowering.get(backend or self.backend_name())
         ir = self.ir(*args)
         tgt = target or be.cpu_target
+        resolve = getattr(be, "resolve_target", None)  # "tpu" -> the attached chip's generation
+        tgt = resolve(tgt) if resolve is not None else tgt
         self.stats["renders"] += 1
         return be.render(ir, self._config_for(ir, be.name, tgt, config), tgt)
 

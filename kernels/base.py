@@ -6,13 +6,11 @@ is given, it looks up the winner of the offline autotuner for the TPU generation
 Order: explicit `config=` -> the user's own autotuning cache -> shipped config -> default.
 On CPU (every interpreter) the default config is used: shipped configs are TPU configs.
 
-The kernel object's TPU route renders for the pseudo-target "tpu"; here that is resolved to the
-attached chip's generation (from JAX's `device_kind`), so the shipped config and the VMEM limit
-of that generation apply.
+On a TPU host, the kernel object renders for the attached chip's generation (the backend resolves
+"tpu"), so the shipped config and the VMEM limit of that generation apply.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import torch
@@ -21,38 +19,19 @@ from ..autotune.tuner import tuned_config
 from ..config import Config
 from ..ir import KernelIR
 from ..kernel_object import Kernel
-from ..lowering.pallas.targets import TARGETS, tpu_target
+from ..lowering.pallas.targets import tpu_target
 from . import tuned
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-@functools.lru_cache(maxsize=None)
-def attached_tpu_target() -> str | None:
-    """The kernel_dsl target name of this host's TPU (None without one)."""
-    import jax  # only reached when rendering for a real TPU
-
-    try:
-        kind = jax.devices("tpu")[0].device_kind
-    except RuntimeError:
-        return None
-    return next((t.name for t in TARGETS.values() if t.device_kind == kind), None)
-
-
-def resolve_target(target: str | None) -> str | None:
-    if target == "tpu":
-        return attached_tpu_target() or target
-    return target
-
-
 class LibraryKernel(Kernel):
-    """A DSL kernel of the library: shipped TPU configs, and the real TPU generation."""
+    """A DSL kernel of the library: it knows the shipped TPU configs."""
 
     def _config_for(self, ir: KernelIR, backend_name: str, target: str,
                     config: Config | None) -> Config:
         if config is not None or self.config is not None or backend_name != "pallas":
             return super()._config_for(ir, backend_name, target, config)
-        target = resolve_target(target) or target
         cached = tuned_config(self, ir, backend_name, target)
         if cached is not None:
             return cached
@@ -62,11 +41,6 @@ class LibraryKernel(Kernel):
             if shipped is not None:
                 return shipped
         return super()._config_for(ir, backend_name, target, None)
-
-    def generated(self, *args: Any, backend: str | None = None, config: Config | None = None,
-                  target: str | None = None) -> Any:
-        return super().generated(*args, backend=backend, config=config,
-                                 target=resolve_target(target))
 
 
 def library_kernel(fn: Callable[..., Any]) -> LibraryKernel:

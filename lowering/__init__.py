@@ -26,6 +26,10 @@ class Generated:
 
 
 class Backend(Protocol):
+    """A code generator from the IR. Optional: `check` (compile for real targets),
+    `estimate_vmem`, and `resolve_target(target) -> target` (a generic device name such as
+    "tpu" to the attached generation's)."""
+
     name: str
     cpu_target: str  # the target whose kernels run on this machine's CPU
 

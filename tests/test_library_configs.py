@@ -12,6 +12,7 @@ import torch
 from kernel_dsl.kernels import KERNELS, base, tuned
 from kernel_dsl.kernels.tune import entry_args
 from kernel_dsl.lowering import pallas
+from kernel_dsl.lowering.pallas import targets
 from kernel_dsl.lowering.pallas.targets import tpu_target
 
 import kernel_dsl as kd
@@ -85,7 +86,7 @@ def test_users_own_autotuning_cache_wins(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_tpu_pseudo_target_resolves_to_the_attached_chip(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a TPU host the kernel object renders for "tpu": the library uses that chip's config
     and VMEM limit."""
-    monkeypatch.setattr(base, "attached_tpu_target", lambda: "tpu-v6e")
+    monkeypatch.setattr(targets, "attached_tpu_target", lambda: "tpu-v6e")
     kernel = KERNELS["flash_attention_fwd"]
     args = _fwd_args(8, 2048)
     src = kernel.source(*args, target="tpu")

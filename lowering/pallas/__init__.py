@@ -9,7 +9,7 @@ from ...ir import KernelIR
 from .. import Generated
 from .render import render as _render
 from .space import config_space, default_config
-from .targets import TPU_TARGETS, tpu_target
+from .targets import TPU_TARGETS, resolve_target, tpu_target
 from .vmem import estimate_vmem
 
 
@@ -26,6 +26,9 @@ class PallasBackend:
 
     def render(self, ir: KernelIR, config: Config, target: str) -> Generated:
         return _render(ir, config, target)
+
+    def resolve_target(self, target: str) -> str:
+        return resolve_target(target)
 
     def compile(self, gen: Generated, ir: KernelIR, faithful: bool = False) -> Callable[..., Any]:
         """`faithful`: Pallas' TPU interpreter (out-of-bounds reads raise, new memory is NaN,

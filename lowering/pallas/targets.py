@@ -6,6 +6,7 @@ TPU7x).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 MiB = 1 << 20
@@ -50,6 +51,24 @@ TARGETS: dict[str, TpuTarget] = {t.name: t for t in (
               ("f32", "bf16"), True, 16, 2307e12, 7.4e12, 256),
 )}
 TPU_TARGETS = tuple(TARGETS)
+
+
+@functools.lru_cache(maxsize=None)
+def attached_tpu_target() -> str | None:
+    """The target name of this host's TPU (None without one)."""
+    import jax  # only reached when rendering for a real TPU
+
+    try:
+        kind = jax.devices("tpu")[0].device_kind
+    except RuntimeError:
+        return None
+    return next((t.name for t in TARGETS.values() if t.device_kind == kind), None)
+
+
+def resolve_target(name: str) -> str:
+    """"tpu" (whatever chip is attached: the TPU route and `kernel.jax` on a TPU host) -> that
+    generation's target, so its VMEM limit, layouts and tuned configs apply."""
+    return (attached_tpu_target() or name) if name == "tpu" else name
 
 
 def tpu_target(name: str) -> TpuTarget | None:
