@@ -4,11 +4,13 @@
     python benchmarks/gpu.py --dry [--json gpu_bench.json]             # on CPU, correctness only
 
 Measured, bf16 throughout:
-- matmul at 4096^3 and 8192^3: the DSL matmul against `torch.matmul` (cuBLAS);
+- matmul at 4096^3 and 8192^3: the DSL matmul of tests/dsl_kernels.py against `torch.matmul`
+  (cuBLAS);
 - flash attention forward, B 4, H 32, S 4096, D 128, causal and not: the DSL kernel below against
   `F.scaled_dot_product_attention` (its flash backend);
-- flash attention backward: SDPA's, as the baseline only. Ours: not available yet (the library
-  has no backward kernel); the row says so.
+- flash attention backward, same shapes: the library's `kernel_dsl.kernels.flash_attention`
+  (autograd: its delta, dK/dV and dQ DSL kernels at their default Triton configs, untuned)
+  against SDPA's backward; gradients checked against an f32 reference on a slice.
 
 Each kernel is checked before it is timed: its error against an f32 reference must be at most twice
 PyTorch's own bf16 error plus a small atol. Autotuning is a short measured search over a few
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -32,27 +35,19 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from kernel_dsl.lowering.triton.cuda import make_cuda_op
-from kernel_dsl.lowering.triton.runner import compile_for_torch
 
-import kernel_dsl as kd
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from dsl_kernels import matmul  # noqa: E402  (the test kernels, as offline_tpu.py imports them)
+from kernel_dsl.lowering.triton.cuda import make_cuda_op  # noqa: E402
+from kernel_dsl.lowering.triton.runner import compile_for_torch  # noqa: E402
+
+import kernel_dsl as kd  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
 
-@kd.kernel
-def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    m, k = x.shape
-    _, n = y.shape
-    out = torch.empty([m, n], dtype=x.dtype, device=x.device)
-    for tm, tn in kd.tile([m, n]):
-        acc = kd.zeros([tm, tn], dtype=torch.float32)
-        for tk in kd.tile(k):
-            acc += x[tm, tk] @ y[tk, tn]
-        out[tm, tn] = acc.to(out.dtype)
-    return out
-
-
+# The one kernel of its own here: dsl_kernels.attention is the plain form (exp, scale applied
+# separately); this is the form a GPU flash kernel takes (kd.dot into f32, exp2, folded scale).
 @kd.kernel
 def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
     """Online-softmax attention forward (FlashAttention-2's loop): scores stay in f32 (kd.dot
@@ -262,23 +257,43 @@ def bench_flash_fwd(b: Bench, bsz: int, h: int, s: int, d: int, causal: bool) ->
 
 
 def bench_flash_bwd(b: Bench, bsz: int, h: int, s: int, d: int, causal: bool) -> None:
-    """SDPA's backward as the baseline; there is no DSL backward kernel yet."""
+    """The library's flash attention backward (what a training step runs) against SDPA's."""
+    from kernel_dsl import kernels as lib
+
     sets = b.input_sets(lambda: tuple(_rand(bsz, h, s, d, device=b.device).requires_grad_()
                                       for _ in range(3)) + (_rand(bsz, h, s, d, device=b.device),))
-    outs = [(_sdpa_ref(q, k, v, causal), q, k, v, do) for q, k, v, do in sets]
 
     def backward(o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  do: torch.Tensor) -> Any:
         return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
 
-    grads = backward(*outs[0])
-    finite = all(bool(torch.isfinite(g).all()) for g in grads)
-    torch_ms = b.time_ms(backward, outs, reps=20)
+    q, k, v, do = sets[0]
+    sl = (slice(0, 1), slice(0, min(h, 4)))  # the f32 reference on 4 heads of the first batch
+    qf, kf, vf = (t[sl].detach().float().requires_grad_() for t in (q, k, v))
+    ref = torch.autograd.grad(_sdpa_ref(qf, kf, vf, causal), (qf, kf, vf), do[sl].float())
+
+    def error(grads: Any) -> float:
+        return max(float((g[sl].float() - r).abs().max()) for g, r in zip(grads, ref))
+
+    theirs = [(_sdpa_ref(q, k, v, causal), q, k, v, do) for q, k, v, do in sets]
+    err_torch = error(backward(*theirs[0]))
+    tol = 2 * err_torch + 1e-2
+    torch_ms = b.time_ms(backward, theirs, reps=20)
     flops = 2.5 * 4.0 * bsz * h * s * s * d * (0.5 if causal else 1.0)
-    b.row(name=f"flash bwd {'causal' if causal else 'full'}", shape=f"B{bsz} H{h} S{s} D{d}",
-          correct=None, ms=None, torch_ms=torch_ms, tflops=None,
-          torch_tflops=torch_ms and flops / torch_ms / 1e9, baseline_finite=finite,
-          note="ours: not available yet (no DSL backward kernel); SDPA baseline only")
+    name, shape = f"flash bwd {'causal' if causal else 'full'}", f"B{bsz} H{h} S{s} D{d}"
+    try:
+        ours = [(lib.flash_attention(q, k, v, causal=causal), q, k, v, do) for q, k, v, do in sets]
+        err = error(backward(*ours[0]))
+        ms = b.time_ms(backward, ours, reps=20)
+    except Exception as e:  # recorded, not fatal: the other rows still stand
+        b.row(name=name, shape=shape, correct=False, torch_ms=torch_ms,
+              torch_tflops=torch_ms and flops / torch_ms / 1e9,
+              note=f"ours failed: {type(e).__name__}: {str(e)[:200]}")
+        return
+    b.row(name=name, shape=shape, correct=err <= tol, err=err, err_torch=err_torch, ms=ms,
+          torch_ms=torch_ms, tflops=ms and flops / ms / 1e9,
+          torch_tflops=torch_ms and flops / torch_ms / 1e9,
+          note="library flash_attention backward, default Triton configs (not tuned)")
 
 
 def check_cuda_op(b: Bench) -> None:
@@ -322,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         bench_matmul(b, 80, m=67, k=96)
         for causal in (False, True):
             bench_flash_fwd(b, 1, 2, 80, 32, causal)
-        bench_flash_bwd(b, 1, 2, 80, 32, False)
+        with kd.backend("triton"):  # the library's kernels through Triton's interpreter
+            for causal in (False, True):
+                bench_flash_bwd(b, 1, 2, 80, 32, causal)
     else:
         torch.backends.cuda.matmul.allow_tf32 = False
         for n in (4096, 8192):
@@ -333,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             bench_flash_bwd(b, 4, 32, 4096, 128, causal)
     check_cuda_op(b)
     total = time.perf_counter() - t0
-    print(f"total {total:.1f} s. TF = TFLOP/s; ratio = ours / torch. Backward: ours not available "
-          "yet.")
+    print(f"total {total:.1f} s. TF = TFLOP/s; ratio = ours / torch.")
     result = {"mode": "dry" if ns.dry else "gpu", "device": device, "seconds": total,
               "torch": torch.__version__, "python": platform.python_version(), "rows": b.rows}
     with open(ns.json, "w") as fh:

@@ -6,9 +6,9 @@ without Trainium and without torch-neuronx, on two stand-ins:
   `fn` registered as the op's body and as its default fake; and whose `wrap_nki(kernel)[lnc]`
   reads the kernel's `.sign`/`.func` and runs it on CPU through `nki.simulate` (here: kernel_dsl's
   NKI interpreter) on CPU copies of the tensors;
-- a Python-only PrivateUse1 device renamed `neuron` (the pattern of pytorch's
-  test/test_privateuseone_python_backend.py, as tests/test_tpu_route.py does for `tpu`). A process
-  renames PrivateUse1 once, so the device checks run in a child process (this file as a script).
+- a Python-only PrivateUse1 device renamed `neuron` (tests/simulated_device.py, which
+  tests/test_tpu_route.py renames `tpu`). A process renames PrivateUse1 once, so the device
+  checks run in a child process (this file as a script).
 
 The child applies the change to `KernelOps.route` that this adapter needs (see
 `proposed_route_change`), since kernel_dsl/torch_ops.py is not part of the NKI backend.
@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import importlib.machinery
 import inspect
-import json
 import os
-import subprocess
 import sys
-import traceback
 import types
 from typing import Any, Callable
 
@@ -29,6 +26,7 @@ import pytest
 import torch
 from kernel_dsl.lowering.nki.interp import namespace
 from kernel_dsl.lowering.nki.neuron import make_neuron_op, torch_neuronx_available
+from simulated_device import SimulatedDevice, assert_check, run_checks, run_child
 from torch.utils._pytree import tree_map
 
 import kernel_dsl as kd
@@ -175,96 +173,7 @@ def test_adapter_fake_takes_symbolic_shapes(fake_torch_neuronx: types.ModuleType
     assert [str(d) for d in out.shape] == [str(x.shape[0]), str(y.shape[1])]
 
 
-# -- a simulated `neuron` device (child process) ------------------------------------------------
-class SimulatedDevice:
-    """PrivateUse1 renamed `neuron`; tensors own CPU memory that this object keeps alive.
-    Allocation and copies have kernels of their own; every other aten op runs on CPU views."""
-
-    def __init__(self, name: str = "neuron"):
-        from torch.utils.backend_registration import (
-            _DummyBackendModule,
-            _setup_privateuseone_for_python_backend,
-        )
-
-        class Module(_DummyBackendModule):
-            def get_rng_state(self, device: Any = None) -> torch.Tensor:
-                return torch.zeros(0, dtype=torch.uint8)
-
-            def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
-                pass
-
-        _setup_privateuseone_for_python_backend(name, backend_module=Module())
-        self.name = name
-        self.device = torch.device(name, 0)
-        self._owners: dict[int, Any] = {}
-        self._set = torch.ops.aten.set_.source_Storage_storage_offset
-        self._cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-        aten = torch.library.Library("aten", "IMPL")
-        aten.impl("empty_strided", self._empty_strided, "PrivateUse1")
-        aten.impl("empty.memory_format", self._empty, "PrivateUse1")
-        aten.impl("_copy_from", self._copy_from, "PrivateUse1")
-        rest = torch.library.Library("_", "IMPL")
-        rest.fallback(self._fallback, "PrivateUse1")
-        self._libs = [aten, rest]
-
-    def _point(self, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        s = c.untyped_storage()
-        self._owners.setdefault(s.data_ptr(), s)
-        dev = torch._C._construct_storage_from_data_pointer(s.data_ptr(), self.device, s.nbytes())
-        return self._set.redispatch(self._cpu, t, dev, c.storage_offset(), c.shape, c.stride())
-
-    def to_device(self, c: torch.Tensor) -> torch.Tensor:
-        return self._point(torch._C._acc.create_empty_tensor((0,), c.dtype), c)
-
-    def to_cpu_view(self, t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        cpu = torch._C._construct_storage_from_data_pointer(s.data_ptr(), torch.device("cpu"),
-                                                            s.nbytes())
-        return torch.empty(0, dtype=t.dtype).set_(cpu, t.storage_offset(), t.shape, t.stride())
-
-    def _empty_strided(self, size: Any, stride: Any, *, dtype: Any = None, layout: Any = None,
-                       device: Any = None, pin_memory: Any = None) -> torch.Tensor:
-        return self.to_device(torch.empty_strided(size, stride, dtype=dtype))
-
-    def _empty(self, size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
-               pin_memory: Any = None, memory_format: Any = None) -> torch.Tensor:
-        return self.to_device(torch.empty(size, dtype=dtype,
-                                          memory_format=memory_format or torch.contiguous_format))
-
-    def _copy_from(self, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-        view = lambda t: self.to_cpu_view(t) if t.device.type == self.name else t  # noqa: E731
-        view(dst).copy_(view(src))
-        return dst
-
-    def _fallback(self, op: Any, *args: Any, **kwargs: Any) -> Any:
-        bound = dict(zip((a.name for a in op._schema.arguments), args)) | kwargs
-        written = {id(bound[a.name]) for a in op._schema.arguments
-                   if a.alias_info is not None and a.alias_info.is_write
-                   and isinstance(bound.get(a.name), torch.Tensor)}
-        dev_of: dict[int, torch.Tensor] = {}
-
-        def down(a: Any) -> Any:
-            if isinstance(a, torch.Tensor) and a.device.type == self.name:
-                c = self.to_cpu_view(a).clone() if id(a) in written else self.to_cpu_view(a)
-                dev_of[id(c)] = a
-                return c
-            if isinstance(a, torch.device) and a.type == self.name:
-                return torch.device("cpu")
-            return a
-
-        cargs, ckwargs = tree_map(down, (args, kwargs))
-        out = op(*cargs, **ckwargs)
-        for c in [*cargs, *ckwargs.values()]:
-            if id(c) in dev_of and id(dev_of[id(c)]) in written:
-                t = dev_of[id(c)]
-                if c.shape == t.shape and c.stride() == t.stride():
-                    self.to_cpu_view(t).copy_(c)
-                else:
-                    self._point(t, c)
-        return tree_map(lambda o: (dev_of[id(o)] if id(o) in dev_of else self.to_device(o))
-                        if isinstance(o, torch.Tensor) else o, out)
-
-
+# -- checks on a simulated `neuron` device (child process) ------------------------------------
 _CHECKS: dict[str, Callable[[], None]] = {}
 
 
@@ -339,34 +248,19 @@ def _child_main() -> None:
     sys.modules.update(fake_torch_neuronx_modules())
     os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = "trn2"
     proposed_route_change()
-    results = {}
-    for name, check in _CHECKS.items():
-        try:
-            check()
-            results[name] = "ok"
-        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
-            results[name] = traceback.format_exc()
-    print(_MARKER + json.dumps(results), flush=True)
+    run_checks(_CHECKS, _MARKER)
 
 
 @pytest.fixture(scope="module")
 def child() -> dict[str, str]:
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env, capture_output=True,
-                          text=True, timeout=600)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_MARKER):
-            return dict(json.loads(line[len(_MARKER):]))
-    pytest.fail(f"the simulated-neuron child exited with {proc.returncode} and no results:\n"
-                f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return run_child(os.path.abspath(__file__), [], env, _MARKER, "the simulated-neuron child")
 
 
 @pytest.mark.parametrize("check", list(_CHECKS))
 def test_simulated_neuron_device(child: dict[str, str], check: str) -> None:
-    assert check in child, f"the child ran no check {check!r}: {sorted(child)}"
-    if child[check] != "ok":
-        pytest.fail(f"{check} on the simulated neuron device:\n{child[check]}", pytrace=False)
+    assert_check(child, check, "on the simulated neuron device")
 
 
 if __name__ == "__main__":

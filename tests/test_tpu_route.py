@@ -6,10 +6,10 @@ without a TPU and without TorchTPU, on two stand-ins:
   annotated with a real type (jax.Array, int, float, bool, str), non-array parameters static,
   the torch schema inferred from the signature, the function exported for TPU once per input
   shape, and a default fake that refuses SymInt dims. Its op runs the JAX function on CPU;
-- a Python-only PrivateUse1 device renamed `tpu` (the pattern of pytorch's
-  test/test_privateuseone_python_backend.py) whose tensors own CPU memory, so views, copies,
-  opcheck and torch.compile work on it. A process can rename PrivateUse1 only once, so the
-  device tests run in child processes (this file run as a script) that report back as JSON.
+- a Python-only PrivateUse1 device renamed `tpu` (tests/simulated_device.py) whose tensors own
+  CPU memory, so views, copies, opcheck and torch.compile work on it. A process can rename
+  PrivateUse1 only once, so the device tests run in child processes (this file run as a script)
+  that report back as JSON.
 
 `dsl_kernels` is imported inside functions: a child installs its stand-ins before the kernels
 (and their ops) are created.
@@ -20,9 +20,7 @@ import dataclasses
 import functools
 import importlib.machinery
 import inspect
-import json
 import os
-import subprocess
 import sys
 import traceback
 import types
@@ -31,8 +29,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from torch.utils._pytree import tree_map
-from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
+from simulated_device import SimulatedDevice, assert_check, run_checks, run_child
 
 import kernel_dsl as kd
 from kernel_dsl.errors import ArgumentError, BackendError, DTypeError, KernelError
@@ -144,99 +141,6 @@ def fake_torch_tpu(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     for name, mod in fake_torch_tpu_modules().items():
         monkeypatch.setitem(sys.modules, name, mod)
     return sys.modules[_PALLAS]
-
-
-# -- a simulated `tpu` device (Python-only PrivateUse1 backend) --------------------------------
-class _SimBackendModule(_DummyBackendModule):
-    """`torch.tpu`: opcheck saves and restores each device's RNG state."""
-
-    def get_rng_state(self, device: Any = None) -> torch.Tensor:
-        return torch.zeros(0, dtype=torch.uint8)
-
-    def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
-        pass
-
-
-class SimulatedTPU:
-    """PrivateUse1 renamed `tpu`; a tensor's storage points at CPU memory this object owns.
-
-    Allocation and cross-device copies have their own kernels; every other aten op runs on CPU
-    views of the same memory (a boxed fallback), so in-place ops and views alias as on a device.
-    Memory is never freed: this lives in a short child process.
-    """
-
-    def __init__(self) -> None:
-        _setup_privateuseone_for_python_backend("tpu", backend_module=_SimBackendModule())
-        self.device = torch.device("tpu", 0)
-        self._owners: dict[int, torch.UntypedStorage] = {}
-        self._set_storage = torch.ops.aten.set_.source_Storage_storage_offset
-        self._cpu_keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-        aten = torch.library.Library("aten", "IMPL")
-        aten.impl("empty_strided", self._empty_strided, "PrivateUse1")
-        aten.impl("empty.memory_format", self._empty, "PrivateUse1")
-        aten.impl("_copy_from", self._copy_from, "PrivateUse1")
-        rest = torch.library.Library("_", "IMPL")
-        rest.fallback(self._fallback, "PrivateUse1")
-        self._libs = [aten, rest]  # registrations last as long as their Library
-
-    def _point(self, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        """Makes device tensor `t` view CPU tensor `c`'s memory with `c`'s geometry."""
-        s = c.untyped_storage()
-        self._owners.setdefault(s.data_ptr(), s)
-        dev = torch._C._construct_storage_from_data_pointer(s.data_ptr(), self.device, s.nbytes())
-        # aten::set_ has no PrivateUse1 kernel; the CPU one only swaps storage and geometry
-        return self._set_storage.redispatch(self._cpu_keys, t, dev, c.storage_offset(), c.shape,
-                                            c.stride())
-
-    def to_device(self, c: torch.Tensor) -> torch.Tensor:
-        return self._point(torch._C._acc.create_empty_tensor((0,), c.dtype), c)
-
-    def to_cpu_view(self, t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        cpu = torch._C._construct_storage_from_data_pointer(s.data_ptr(), torch.device("cpu"),
-                                                            s.nbytes())
-        return torch.empty(0, dtype=t.dtype).set_(cpu, t.storage_offset(), t.shape, t.stride())
-
-    def _empty_strided(self, size: Any, stride: Any, *, dtype: Any = None, layout: Any = None,
-                       device: Any = None, pin_memory: Any = None) -> torch.Tensor:
-        return self.to_device(torch.empty_strided(size, stride, dtype=dtype))
-
-    def _empty(self, size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
-               pin_memory: Any = None, memory_format: Any = None) -> torch.Tensor:
-        return self.to_device(torch.empty(size, dtype=dtype,
-                                          memory_format=memory_format or torch.contiguous_format))
-
-    def _copy_from(self, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-        view = lambda t: self.to_cpu_view(t) if t.device.type == "tpu" else t  # noqa: E731
-        view(dst).copy_(view(src))
-        return dst
-
-    def _fallback(self, op: Any, *args: Any, **kwargs: Any) -> Any:
-        bound = dict(zip((a.name for a in op._schema.arguments), args)) | kwargs
-        written = {id(bound[a.name]) for a in op._schema.arguments
-                   if a.alias_info is not None and a.alias_info.is_write
-                   and isinstance(bound.get(a.name), torch.Tensor)}
-        dev_of: dict[int, torch.Tensor] = {}  # id(CPU stand-in) -> device tensor
-
-        def down(a: Any) -> Any:
-            if isinstance(a, torch.Tensor) and a.device.type == "tpu":
-                # outputs may need resizing, which memory borrowed from a pointer cannot do
-                c = self.to_cpu_view(a).clone() if id(a) in written else self.to_cpu_view(a)
-                dev_of[id(c)] = a
-                return c
-            return torch.device("cpu") if isinstance(a, torch.device) and a.type == "tpu" else a
-
-        cargs, ckwargs = tree_map(down, (args, kwargs))
-        out = op(*cargs, **ckwargs)
-        for c in [*cargs, *ckwargs.values()]:
-            if id(c) in dev_of and id(dev_of[id(c)]) in written:
-                t = dev_of[id(c)]
-                if c.shape == t.shape and c.stride() == t.stride():
-                    self.to_cpu_view(t).copy_(c)  # keeps aliases of `t` in step
-                else:
-                    self._point(t, c)
-        return tree_map(lambda o: (dev_of[id(o)] if id(o) in dev_of else self.to_device(o))
-                        if isinstance(o, torch.Tensor) else o, out)
 
 
 # -- child processes ---------------------------------------------------------------------------
@@ -382,28 +286,15 @@ def check_tpu_call_validates_like_cpu() -> None:
 
 
 def _child_main(mode: str) -> None:
-    SimulatedTPU()
+    SimulatedDevice("tpu")
     if mode == "with-torch-tpu":
         sys.modules.update(fake_torch_tpu_modules())
-    results = {}
-    for name, check in _CHECKS[mode].items():
-        try:
-            check()
-            results[name] = "ok"
-        except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
-            results[name] = traceback.format_exc()
-    print(_MARKER + json.dumps(results), flush=True)
+    run_checks(_CHECKS[mode], _MARKER)
 
 
 def _run_child(mode: str) -> dict[str, str]:
     env = dict(os.environ, JAX_PLATFORMS="cpu")  # the stand-in op runs its JAX function on CPU
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), mode], env=env,
-                          capture_output=True, text=True, timeout=600)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_MARKER):
-            return json.loads(line[len(_MARKER):])
-    pytest.fail(f"the {mode} child exited with {proc.returncode} and no results:\n"
-                f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return run_child(os.path.abspath(__file__), [mode], env, _MARKER, f"the {mode} child")
 
 
 @pytest.fixture(scope="module")
@@ -417,9 +308,7 @@ def child_with_torch_tpu() -> dict[str, str]:
 
 
 def _assert_check(results: dict[str, str], name: str) -> None:
-    assert name in results, f"the child ran no check {name!r}: {sorted(results)}"
-    if results[name] != "ok":
-        pytest.fail(f"{name} in the simulated-tpu child:\n{results[name]}", pytrace=False)
+    assert_check(results, name, "in the simulated-tpu child")
 
 
 # -- tests: simulated device (child processes) --------------------------------------------------
@@ -513,6 +402,16 @@ def test_adapter_jax_function_exports_mosaic_for_tpu(fake_torch_tpu: types.Modul
     exported = rec.export((torch.empty(256, 128, device="meta"), torch.empty(128, 512, device="meta")))
     assert "tpu_custom_call" in exported.mlir_module()
     assert [(a.shape, str(a.dtype)) for a in exported.out_avals] == [((256, 512), "float32")]
+
+
+def test_a_dsl_kernel_renders_for_the_attached_tpu_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a TPU host "tpu" means the attached chip: its VMEM limit applies to every kernel."""
+    from dsl_kernels import matmul
+    from kernel_dsl.lowering.pallas import targets
+
+    monkeypatch.setattr(targets, "attached_tpu_target", lambda: "tpu-v5e")
+    src = matmul.source(torch.randn(256, 256), torch.randn(256, 256), backend="pallas", target="tpu")
+    assert "for target tpu-v5e" in src
 
 
 if __name__ == "__main__":
