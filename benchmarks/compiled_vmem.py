@@ -25,7 +25,7 @@ from kernel_dsl.lowering.pallas.targets import TARGETS
 
 
 def our_vmem(jobs: list[tuple[str, tuple[Any, ...], str]], timeout: float) -> list[int | None]:
-    """VMEM the compiler allocates for each (kernel, args, target): `kernel.check`'s machinery,
+    """VMEM the compiler needs for each (kernel, args, target): `kernel.check`'s machinery,
     all jobs in one batch (one compile worker per target)."""
     from kernel_dsl.lowering.pallas.check import Job, check
 
@@ -96,7 +96,8 @@ def vmem_worker(topology: str) -> None:
 
 
 def their_vmem(jobs: list[dict[str, Any]], timeout: float) -> dict[int, int | None]:
-    """VMEM of each of JAX's jobs by id (None: did not compile), one worker per target."""
+    """VMEM of each of JAX's jobs by id (None: did not compile, or any limit compiles), one
+    worker per target."""
     out: dict[int, int | None] = {}
     by_target: dict[str, list[dict[str, Any]]] = {}
     for j in jobs:

@@ -23,8 +23,8 @@ What is counted: the model of autotune/cost_model.py, applied to both sides (pal
   generated kernels must reproduce the cost model's bytes (printed as a check). Their backward
   also materializes di = sum(o * do) and 128-lane broadcasts of l, m and di in XLA before the
   kernels: those bytes are added ("glue").
-- VMEM: what the real compiler allocates (libtpu compile-only target; the lowest
-  vmem_limit_bytes that compiles, raised from each overflow message as `kernel.check` does;
+- VMEM: what the real compiler needs (libtpu compile-only target; the smallest
+  vmem_limit_bytes that compiles, found by `kernel.check`'s own search for both sides;
   compiled_vmem.py). Backward: the largest of its kernels.
 Modelled seconds, never measurements.
 """
@@ -181,7 +181,8 @@ def report(res: dict[str, Any], command: str) -> str:
         f"Produced by `{command}` on a machine without a TPU. Times are **modelled** "
         "(autotune/cost_model.py applied to both sides: `max(MXU, HBM) + steps x 0.35 us`; see "
         "the docstring of benchmarks/library_tpu.py for exactly what is counted), never measured. "
-        "VMEM is what libtpu's compile-only target allocates (MiB). bf16, D = 128.",
+        "VMEM is what libtpu's compile-only target needs (MiB: the smallest vmem_limit_bytes it "
+        "accepts, within 3% or 24 KiB; '-': no figure). bf16, D = 128.",
         "",
         f"Model check: simulating the DMAs of our generated kernels' BlockSpecs reproduces the cost "
         f"model's HBM bytes to a relative difference of {res['model_vs_simulation_max_rel_diff']:.1e}.",

@@ -7,8 +7,8 @@ call minus that of the backend's compiled runner called directly on the same ten
 also minus the generated JAX function called on JAX arrays (waiting for the result). Each figure
 is the median over `--calls` calls (fewer for the slow NKI/Triton interpreters); `--repeats`
 such medians give the spread (min-max). Also timed: the same call through the torch custom op
-(the route under torch.compile, and for autograd or tensor subclasses). First call: trace +
-render + jit of a fresh kernel object, split by stage.
+(the route under torch.compile, and for autograd or tensor subclasses). First-call latency is
+first_call.py's.
 """
 from __future__ import annotations
 
@@ -81,23 +81,6 @@ def _stats(v: list[float]) -> dict[str, float]:
             "max": round(max(v), 2)}
 
 
-def first_call(name: str, args: tuple[Any, ...]) -> dict[str, float]:
-    """Trace, render and jit+first run of a fresh copy of a DSL test kernel."""
-    fresh = kd.Kernel(getattr(dsl_kernels, name).fn)
-    t0 = time.perf_counter()
-    fresh.ir(*args)
-    t1 = time.perf_counter()
-    gen = fresh.generated(*args)
-    t2 = time.perf_counter()
-    fn = kd.lowering.get("pallas").compile(gen, fresh.ir(*args))
-    t3 = time.perf_counter()
-    fn(*[a for a in args if isinstance(a, torch.Tensor)])
-    t4 = time.perf_counter()
-    return {"trace_s": round(t1 - t0, 4), "render_s": round(t2 - t1, 4),
-            "build_s": round(t3 - t2, 4), "jit_and_first_run_s": round(t4 - t3, 4),
-            "total_s": round(t4 - t0, 4)}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
@@ -109,21 +92,12 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
                    f"torch {torch.__version__}, jax {__import__('jax').__version__}",
         "overhead": overhead(ns.repeats, ns.calls),
-        "first_call": {
-            "matmul 256x512x384 f32": first_call("matmul", (torch.randn(256, 512), torch.randn(512, 384))),
-            "attention 1x4x256x256x64 f32 causal": first_call(
-                "attention", (torch.randn(1, 4, 256, 64), torch.randn(1, 4, 256, 64),
-                              torch.randn(1, 4, 256, 64), True)),
-        },
     }
     print(f"machine: {res['machine']}")
     print("eager call, (64,128) f32 add_where, median over calls [min-max over repeats] (us):")
     for backend, o in res["overhead"]["backends"].items():
         for key, st in o.items():
             print(f"  {backend:<7} {key:<26} {st['median']:10.1f}  [{st['min']:.1f} - {st['max']:.1f}]")
-    print("first call (s):")
-    for name, r in res["first_call"].items():
-        print(f"  {name:<40} " + "  ".join(f"{k}={v}" for k, v in r.items()))
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -2,7 +2,8 @@
 
     python benchmarks/report.py            # rerun the quick parts, reuse saved slow results
     python benchmarks/report.py --all      # also rerun the slow parts (offline TPU tuning,
-                                           # VMEM estimate, strategies, library vs JAX)
+                                           # VMEM estimate, strategies, shipped configs,
+                                           # library vs JAX)
 
 Each section states the command behind its figures. Saved results live in benchmarks/results/
 (JSON) and the markdown files the slow scripts write; the report says when a section is missing.
@@ -41,7 +42,8 @@ def _md(name: str) -> str | None:
         return None
     with open(path) as f:
         text = f.read()
-    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("# "))  # drop its title
+    lines = [ln for ln in text.splitlines() if not ln.startswith("# ")]  # drop its title
+    return "\n".join("##" + ln if ln.startswith("## ") else ln for ln in lines)  # nest its sections
 
 
 def section_overhead(data: Any) -> list[str]:
@@ -59,23 +61,53 @@ def section_overhead(data: Any) -> list[str]:
         for k, s in figs.items():
             out.append(f"| {be} | {k.removesuffix('_us')} | {s['median']:.1f} | "
                        f"[{s['min']:.1f} - {s['max']:.1f}] |")
-    out += ["", "## 2. First-call latency (measured)", "",
-            "Same command: trace, render, build and JIT + first run of a fresh kernel object "
-            "(Pallas CPU path).", "", "| kernel | trace s | render s | build s | jit + run s | "
-            "total s |", "|---|---|---|---|---|---|"]
-    for name, r in data["first_call"].items():
-        out.append(f"| {name} | {r['trace_s']} | {r['render_s']} | {r['build_s']} | "
-                   f"{r['jit_and_first_run_s']} | {r['total_s']} |")
+    return out + [""]
+
+
+def section_first_call(data: Any) -> list[str]:
+    out = ["## 2. First-call latency (measured, this machine's CPU; TPU compile by libtpu)", "",
+           "Command: `python benchmarks/first_call.py --json benchmarks/results/first_call.json`. "
+           "Every DSL kernel the library ops launch (forward and backward, small shapes), per "
+           "backend's CPU path: a fresh kernel object traced, rendered, built and run once; the "
+           "second run shows which part of the first run is the one-time JIT (Pallas: XLA "
+           "compile of the interpreted kernel) and which is the interpreter itself (Triton, "
+           "NKI). Medians of fresh objects, [min - max] of the total over them is the noise. "
+           "`tpu compile s`: the real Mosaic + XLA:TPU compile of the same kernel and shape "
+           "for a compile-only TPU target with the config that target's host would use, in the "
+           "check worker (what a TPU host pays once).", ""]
+    if data is None:
+        return out + ["(no results saved)", ""]
+    tpu = f"{data['tpu_target']}_compile_s"
+    rows = data["rows"]
+    out += [f"Machine: {data['machine']}; {data['repeats']} fresh objects per row.", "",
+            *_first_call_summary(rows, tpu, data["tpu_target"]),
+            f"| op | kernel (tensor shapes) | backend | trace ms | render ms | build ms | "
+            f"first run ms | second run ms | total ms [min - max] | {data['tpu_target']} "
+            "compile s |", "|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r in data["rows"]:
+        ms = {k: f"{r[k] * 1e3:.1f}" for k in ("trace_s", "render_s", "build_s", "first_run_s",
+                                                "second_run_s", "total_s", "total_min_s",
+                                                "total_max_s")}
+        tpu_s = r.get(tpu)
+        out.append(f"| {r['op']} | {r['kernel']} ({r['args']}) | {r['backend']} | "
+                   f"{ms['trace_s']} | {ms['render_s']} | {ms['build_s']} | {ms['first_run_s']} | "
+                   f"{ms['second_run_s']} | {ms['total_s']} [{ms['total_min_s']} - "
+                   f"{ms['total_max_s']}] | {'' if tpu_s is None else tpu_s} |")
     return out + [""]
 
 
 def section_offline(data: Any) -> list[str]:
     out = ["## 3. Offline TPU (modelled time; VMEM from the real compiler)", "",
+           "Three views, all offline: the tests' DSL kernels autotuned live (this table), every "
+           "library kernel's shipped config, and the library against JAX's own Pallas kernels.",
+           "",
            "Command: `python benchmarks/offline_tpu.py --budget 90` (then this report). Each "
-           "kernel is autotuned per TPU generation with the analytical model "
+           "DSL kernel of tests/dsl_kernels.py is autotuned per TPU generation with the "
+           "analytical model "
            "(`autotune/cost_model.py`: MXU-padded FLOPs, HBM bytes of the grid's block "
            "sequence, per-step overhead, roofline); the winner is compiled by libtpu's "
-           "compile-only target, which reports the VMEM it allocates. **Times and % of peak are "
+           "compile-only target, which gives the VMEM it needs (the smallest vmem_limit_bytes "
+           "it accepts). **Times and % of peak are "
            "modelled, not measured**: no TPU was used. % of peak is against what one kernel can "
            "reach (one TensorCore of TPU7x). Causal attention counts the masked triangle it "
            "still computes. After a cost-model change, `python benchmarks/offline_tpu.py "
@@ -96,9 +128,67 @@ def section_offline(data: Any) -> list[str]:
     plots = sorted(p for p in os.listdir(os.path.join(HERE, "plots")) if p.startswith("roofline"))\
         if os.path.isdir(os.path.join(HERE, "plots")) else []
     out += [""] + [f"![{p}](plots/{p})" for p in plots]
+    out += ["", *section_shipped(_load("shipped_configs.json"))]
     lib = _md("library_tpu.md")
-    out += ["", "### Library kernels against JAX's own Pallas kernels", "",
+    out += ["### Library kernels against JAX's own Pallas kernels", "",
             lib if lib else "(benchmarks/library_tpu.md not generated yet)"]
+    return out + [""]
+
+
+def _first_call_summary(rows: list[dict[str, Any]], tpu: str, target: str) -> list[str]:
+    if not rows:
+        return []
+    ours = max(r["trace_s"] + r["render_s"] + r["build_s"] for r in rows)
+    jit = [r["first_run_s"] - r["second_run_s"] for r in rows if r["backend"] == "pallas"]
+    tpu_s = [r[tpu] for r in rows if r.get(tpu) is not None]
+    parts = [f"kernel_dsl's own stages (trace + render + build) take at most {ours * 1e3:.1f} ms "
+             "per kernel; the rest of a first call is the backend's"]
+    if jit:
+        parts.append(f"JAX's jit of the interpreted Pallas kernel ({min(jit) * 1e3:.0f}-"
+                     f"{max(jit) * 1e3:.0f} ms, once)")
+    parts.append("the interpreters' run time (every call)")
+    if tpu_s:
+        parts.append(f"on a TPU host the Mosaic compile ({min(tpu_s):.2f}-{max(tpu_s):.2f} s on "
+                     f"{target}, once per shape and config)")
+    return ["In short: " + ", ".join(parts) + ".", ""]
+
+
+def _shape_label(r: dict[str, Any]) -> str:
+    shapes = ["x".join(map(str, s)) for s in r["shapes"]]
+    return " @ ".join(shapes[:2]) if r["kernel"] == "matmul_kernel" else shapes[0]
+
+
+def section_shipped(data: Any) -> list[str]:
+    out = ["### Every library kernel: its shipped autotuned config per target", "",
+           "Command: `python benchmarks/shipped_configs.py` (minutes: it compiles every config). "
+           "The winners of "
+           "`python -m kernel_dsl.kernels.tune` (the offline autotuner over the library's DSL "
+           "kernels at its common bf16 shapes; `kernels/configs/<target>.json`) re-scored with "
+           "the current cost model. Each cell: **modelled** time in us, then % of peak MXU "
+           "FLOP/s (`mxu`) or, for kernels the model says are bandwidth-bound, % of HBM "
+           "bandwidth (`hbm`), then the VMEM MiB the winner needs by libtpu's compile-only target "
+           "(the smallest vmem_limit_bytes it accepts, to within 3% or 24 KiB; no run-to-run "
+           "noise; `any`: the compiler accepts any limit for this kernel, seen for single-step "
+           "grids on TPU7x; `fails`: the config no longer compiles). "
+           "Modelled figures are deterministic. JAX ships no Pallas TPU "
+           "softmax or norm kernels to compare these with; attention and matmul are compared "
+           "with JAX's kernels in the next table.", ""]
+    if data is None:
+        return out + ["(no results saved)", ""]
+    targets = sorted({r["target"] for r in data["rows"]})
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for r in data["rows"]:
+        bound = "mxu" if r["pct_peak"] >= r["pct_hbm"] else "hbm"
+        pct = r["pct_peak"] if bound == "mxu" else r["pct_hbm"]
+        vmem = ("-" if "compiles" not in r else "fails" if not r["compiles"]
+                else "any" if r["vmem_mib"] is None else f"{r['vmem_mib']:.1f}")
+        key = (r["kernel"], _shape_label(r))
+        cells.setdefault(key, {})[r["target"]] = f"{r['model_us']:,.1f} · {pct:.0f}% {bound} · {vmem}"
+    out += ["| kernel | shape | " + " | ".join(targets) + " |",
+            "|---|---|" + "---|" * len(targets)]
+    for (kernel, shape), by_target in sorted(cells.items()):
+        out.append(f"| {kernel} | {shape} | " + " | ".join(by_target.get(t, "") for t in targets)
+                   + " |")
     return out + [""]
 
 
@@ -112,7 +202,8 @@ def section_autotune() -> list[str]:
     if off:
         out += ["Tuning wall time per kernel and target: the `tuning s` column of section 3 "
                 "(model search + real compiles + a CPU check of the winner, on this 2-core "
-                "machine).", ""]
+                "machine; one run each, so wall time with whatever else the machine ran: expect "
+                "tens of percent between runs).", ""]
     return out
 
 
@@ -133,10 +224,12 @@ def main() -> None:
     ns = ap.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
     _run("overhead.py", "--json", os.path.join(RESULTS, "overhead.json"))
+    _run("first_call.py", "--json", os.path.join(RESULTS, "first_call.json"))
     if ns.all:
         _run("offline_tpu.py", "--budget", "90")
         _run("vmem_estimate.py")
         _run("autotune_strategies.py")
+        _run("shipped_configs.py")
         if os.path.exists(os.path.join(HERE, "library_tpu.py")):
             _run("library_tpu.py")
     text = "\n".join([
@@ -149,6 +242,7 @@ def main() -> None:
         "which.",
         "",
         *section_overhead(_load("overhead.json")),
+        *section_first_call(_load("first_call.json")),
         *section_offline(_load("offline_tpu.json")),
         *section_autotune(),
         *section_gpu(),

@@ -351,8 +351,7 @@ def where(cond: Any, a: Any, b: Any) -> TileValue:
         (ta, tb), dt = _common(a, b)
     else:  # both branches scalars, e.g. a 0/1 mask: torch's dtype for the two Python scalars
         dt = dtypes.promote(dtypes.scalar_dtype(a), dtypes.scalar_dtype(b))
-        ta, tb = _as_tile(a), _as_tile(b)
-        ta, tb = cast_v(ta, dt), cast_v(tb, dt)
+        ta, tb = const(a, dt), const(b, dt)
     return _emit("where", [c.v, ta.v, tb.v], {}, _bshape("where", c, ta, tb), dt)
 
 

@@ -22,13 +22,11 @@ from jax.sharding import SingleDeviceSharding  # noqa: E402
 from .. import Generated  # noqa: E402
 from .classify import classify, parse_vmem  # noqa: E402
 from .runner import load_module  # noqa: E402
+from .vmem_search import smallest_limit  # noqa: E402
 
 _DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16, "i32": jnp.int32,
            "i16": jnp.int16, "i8": jnp.int8, "u8": jnp.uint8, "bool": jnp.bool_}
 _devices: dict[str, Any] = {}
-MAX_LADDER = 16  # climbing steps before giving up (doubling from 4 KiB: 128 MiB)
-MIN_LIMIT = 4096  # no kernel fits in less: one (8, 128) f32 tile
-VMEM_TOLERANCE = 0.03  # bisection stops within 3% of the figure
 
 
 def _device(topology: str) -> Any:
@@ -56,40 +54,10 @@ def _compiles(mod: Any, entry: str, specs: list[Any], dev: Any, limit: int) -> t
         return False, parse_vmem(str(e))[0]
 
 
-def _measure_vmem(mod: Any, entry: str, specs: list[Any], dev: Any) -> int | None:
-    """The VMEM the kernel needs: the smallest vmem_limit_bytes the compiler accepts, to within
-    VMEM_TOLERANCE. Overflow messages give a first upper bound, but only a bound: they report
-    what the compiler tried to allocate, and XLA places whole operands in VMEM when the limit
-    allows (a (64, 2048, 1) f32 output asked for 72 MiB of a kernel that compiles in 8), so the
-    bound is bisected down. None where even MIN_LIMIT compiles (the limit does not govern this
-    kernel: seen for single-step grids on TPU7x)."""
-    lo = MIN_LIMIT
-    fits, used = _compiles(mod, entry, specs, dev, lo)
-    if fits:
-        return None
-    hi = None
-    for _ in range(MAX_LADDER):  # climb to the first limit that compiles
-        # just past the reported figure (rounded to 0.01 MiB); double where none helps
-        step = used + 16 * 1024 if used is not None and used > lo else 2 * lo
-        fits, used = _compiles(mod, entry, specs, dev, step)
-        if fits:
-            hi = step
-            break
-        lo = step
-    if hi is None:
-        return None
-    below = hi - max(64 * 1024, int(VMEM_TOLERANCE * hi))
-    if below > lo:
-        if not _compiles(mod, entry, specs, dev, below)[0]:
-            return hi  # the usual case, one compile: the message was the need
-        hi = below
-    while hi - lo > max(64 * 1024, VMEM_TOLERANCE * hi):
-        mid = (lo + hi) // 2
-        if _compiles(mod, entry, specs, dev, mid)[0]:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+def _measure_vmem(mod: Any, entry: str, specs: list[Any], dev: Any, ceiling: int | None,
+                  budget_s: float) -> int | None:
+    return smallest_limit(lambda limit: _compiles(mod, entry, specs, dev, limit), ceiling,
+                          time.perf_counter() + budget_s)
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +76,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         out.update(vmem_used=used, vmem_limit=limit)
     out["compile_s"] = round(time.perf_counter() - t0, 3)
     if out["status"] == "ok" and job.get("measure_vmem", True):
-        out["vmem_used"] = _measure_vmem(mod, job["entry"], specs, dev)
+        # the limit it just compiled under bounds the search; the budget keeps the whole job
+        # well inside the caller's timeout (a few compiles' worth)
+        out["vmem_used"] = _measure_vmem(mod, job["entry"], specs, dev,
+                                         getattr(mod, "VMEM_LIMIT_BYTES", None),
+                                         5.0 + 8 * out["compile_s"])
     return out
 
 

@@ -56,7 +56,7 @@ TPU_TARGETS = tuple(TARGETS)
 @functools.lru_cache(maxsize=None)
 def attached_tpu_target() -> str | None:
     """The target name of this host's TPU (None without one)."""
-    import jax  # only reached when rendering for a real TPU
+    from .runner import jax  # JAX as the CPU path imports it: a CPU host never starts libtpu
 
     try:
         kind = jax.devices("tpu")[0].device_kind
