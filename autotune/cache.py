@@ -17,6 +17,13 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 SCHEMA = 1
+# parsed cache files by path, while unchanged on disk: every first call of a kernel looks its
+# config up here, and parsing a file of thousands of records costs tens of milliseconds
+_PARSED: dict[str, tuple[tuple[int, int, int], dict[str, list[dict[str, Any]]]]] = {}
+
+
+def _key_str(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True)
 
 
 def cache_dir() -> str:
@@ -68,18 +75,34 @@ class TuningCache:
 
     def records(self, key: dict[str, Any]) -> list[dict[str, Any]]:
         """Every record whose key matches `key` (and this package version)."""
-        want = {**key, "version": self.version}
-        return [r for r in self._read() if r["key"] == want]
+        return list(self._by_key().get(_key_str({**key, "version": self.version}), []))
+
+    def _by_key(self) -> dict[str, list[dict[str, Any]]]:
+        """The file's records grouped by key, parsed again only when the file changed (writes
+        replace it: a new inode, mtime and size)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return {}
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        hit = _PARSED.get(self.path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for r in self._read():
+            grouped.setdefault(_key_str(r["key"]), []).append(r)
+        _PARSED[self.path] = (stamp, grouped)
+        return grouped
 
     def add(self, key: dict[str, Any], results: list[dict[str, Any]]) -> None:
         """Appends one record per evaluated config (JSON-safe dicts), atomically."""
         full = {**key, "version": self.version}
         with self._locked():
             records = self._read()
-            seen = {(json.dumps(r["key"], sort_keys=True), r.get("config")) for r in records}
+            seen = {(_key_str(r["key"]), r.get("config")) for r in records}
             for res in results:
                 rec = {"key": full, **res}
-                if (json.dumps(full, sort_keys=True), rec.get("config")) not in seen:
+                if (_key_str(full), rec.get("config")) not in seen:
                     records.append(rec)
             fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".autotune.", suffix=".json")
             with os.fdopen(fd, "w") as f:

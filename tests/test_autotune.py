@@ -117,6 +117,20 @@ def test_corrupt_truncated_or_foreign_files_are_ignored_with_a_warning(tmp_path:
     assert [r["config"] for r in cache.records({"kernel": "k"})] == ["c"]  # file repaired
 
 
+def test_lookups_parse_the_file_once_until_it_changes(tmp_path: object,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = TuningCache(str(tmp_path), version="t")
+    cache.add({"kernel": "k"}, [{"config": "c", "status": "ok", "seconds": 1.0}])
+    parses = []
+    real = TuningCache._read
+    monkeypatch.setattr(TuningCache, "_read", lambda self: parses.append(1) or real(self))
+    for _ in range(3):
+        assert [r["config"] for r in cache.records({"kernel": "k"})] == ["c"]
+    assert len(parses) == 1
+    TuningCache(str(tmp_path), version="t").add({"kernel": "k"}, [{"config": "d", "status": "ok"}])
+    assert sorted(r["config"] for r in cache.records({"kernel": "k"})) == ["c", "d"]
+
+
 def test_unknown_record_fields_are_kept() -> None:
     cache = TuningCache(version="t")
     cache.add({"kernel": "k"}, [{"config": "c", "status": "ok", "seconds": 1.0, "from_v2": [1]}])
