@@ -24,9 +24,10 @@ from kernel_dsl.lowering.pallas.classify import parse_vmem
 from kernel_dsl.lowering.pallas.targets import TARGETS
 
 
-def our_vmem(jobs: list[tuple[str, tuple[Any, ...], str]], timeout: float) -> list[int | None]:
-    """VMEM the compiler needs for each (kernel, args, target): `kernel.check`'s machinery,
-    all jobs in one batch (one compile worker per target)."""
+def our_vmem(jobs: list[tuple[str, tuple[Any, ...], str]],
+             timeout: float) -> list[tuple[bool, int | None]]:
+    """(compiles, VMEM the compiler needs) for each (kernel, args, target): `kernel.check`'s
+    machinery, all jobs in one batch. VMEM None: the compiler accepts any limit."""
     from kernel_dsl.lowering.pallas.check import Job, check
 
     batch = []
@@ -35,7 +36,7 @@ def our_vmem(jobs: list[tuple[str, tuple[Any, ...], str]], timeout: float) -> li
         ir = kernel.ir(*args)
         gen = kernel.generated(*args, backend="pallas", target=target)
         batch.append(Job(gen, [(p.shape, p.dtype) for p in ir.inputs], ir.loc))
-    return [e.vmem_used if e.ok else None for e in check(batch, timeout, True)]
+    return [(e.ok, e.vmem_used if e.ok else None) for e in check(batch, timeout, True)]
 
 
 def _their_fn(job: dict[str, Any]) -> tuple[Callable[..., Any], list[tuple[tuple[int, ...], Any]]]:

@@ -20,7 +20,9 @@ class CheckEntry:
     config: str
     error_class: str | None = None
     message: str = ""
-    vmem_used: int | None = None  # bytes, from the compiler
+    # bytes, from the compiler: when ok, what the kernel needs (the smallest vmem_limit_bytes it
+    # accepts; None if not measured or any limit compiles); on a VMEM overflow, what it asked for
+    vmem_used: int | None = None
     vmem_limit: int | None = None
     vmem_estimate: int | None = None  # bytes, analytical
     compile_s: float = 0.0
