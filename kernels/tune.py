@@ -1,6 +1,7 @@
 """Offline autotuning of the library kernels for TPU targets: writes `configs/<target>.json`.
 
     python -m kernel_dsl.kernels.tune --target tpu-v6e [--budget 40] [--only flash_attention_fwd]
+    python -m kernel_dsl.kernels.tune --refresh-vmem [--target tpu-v6e]   # VMEM figures only
 
 For each library kernel at the common shapes below, `kernel.autotune(..., target=...)` (the
 "model" evaluator: the analytical cost model ranks the config space, the VMEM estimate prunes,
@@ -104,6 +105,33 @@ def tune_target(target: str, budget: float, only: set[str] | None, log: Any) -> 
     return entries
 
 
+def refresh_vmem(target: str, log: Any) -> str:
+    """Re-measures the VMEM of the shipped configs (after a change to how it is measured),
+    without re-tuning: one batch of compiles; the configs themselves are untouched."""
+    from ..config import Config
+    from ..lowering.pallas.check import Job, check
+
+    path = os.path.join(CONFIG_DIR, f"{target}.json")
+    with open(path) as f:
+        data = json.load(f)
+    jobs = []
+    for e in data["entries"]:
+        kernel = KERNELS[e["kernel"]]
+        args = entry_args(kernel, e)
+        ir = kernel.ir(*args)
+        gen = kernel.generated(*args, backend="pallas", target=target,
+                               config=Config.from_json(json.dumps(e["config"])))
+        jobs.append(Job(gen, [(p.shape, p.dtype) for p in ir.inputs], ir.loc))
+    for e, r in zip(data["entries"], check(jobs, timeout=600.0, measure_vmem=True)):
+        if not r.ok:
+            raise RuntimeError(f"{target} {e['kernel']} {e['shapes']}: the shipped config no longer "
+                               f"compiles: {r.message[:300]}")
+        if r.vmem_used != e["vmem_used"]:
+            log(f"{target} {e['kernel']} {e['shapes']}: VMEM {e['vmem_used']} -> {r.vmem_used}")
+        e["vmem_used"] = r.vmem_used
+    return _write_file(path, data)
+
+
 def write(target: str, entries: list[dict[str, Any]], budget: float, merge: bool) -> str:
     path = os.path.join(CONFIG_DIR, f"{target}.json")
     if merge and os.path.exists(path):
@@ -117,6 +145,10 @@ def write(target: str, entries: list[dict[str, Any]], budget: float, merge: bool
             "evaluator": "model: analytical cost model + libtpu compile-only check + CPU output check",
             "entries": sorted(entries, key=lambda e: (e["kernel"], e["shapes"]))}
     os.makedirs(CONFIG_DIR, exist_ok=True)
+    return _write_file(path, data)
+
+
+def _write_file(path: str, data: dict[str, Any]) -> str:
     tmp = path + ".tmp"
     head = json.dumps({k: v for k, v in data.items() if k != "entries"}, indent=1)[:-2]
     rows = ",\n  ".join(json.dumps(e, sort_keys=True) for e in data["entries"])
@@ -132,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="TPU target (repeatable); default: every TPU target")
     ap.add_argument("--budget", type=float, default=40.0, help="seconds per kernel and shape")
     ap.add_argument("--only", action="append", help="tune only these kernels (repeatable)")
+    ap.add_argument("--refresh-vmem", action="store_true",
+                    help="re-measure the shipped configs' VMEM only (no tuning)")
     a = ap.parse_args(argv)
+    if a.refresh_vmem:
+        for target in a.target or SHIPPED_TARGETS:
+            print(refresh_vmem(target, lambda msg: print(msg, file=sys.stderr, flush=True)))
+        return 0
     only = set(a.only) if a.only else None
     for target in a.target or SHIPPED_TARGETS:
         entries = tune_target(target, a.budget, only,
