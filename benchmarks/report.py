@@ -2,8 +2,7 @@
 
     python benchmarks/report.py            # rerun the quick parts, reuse saved slow results
     python benchmarks/report.py --all      # also rerun the slow parts (offline TPU tuning,
-                                           # VMEM estimate, strategies, shipped configs,
-                                           # library vs JAX)
+                                           # VMEM estimate, strategies, library vs JAX)
 
 Each section states the command behind its figures. Saved results live in benchmarks/results/
 (JSON) and the markdown files the slow scripts write; the report says when a section is missing.
@@ -160,16 +159,16 @@ def _shape_label(r: dict[str, Any]) -> str:
 
 def section_shipped(data: Any) -> list[str]:
     out = ["### Every library kernel: its shipped autotuned config per target", "",
-           "Command: `python benchmarks/shipped_configs.py` (minutes: it compiles every config). "
-           "The winners of "
+           "Command: `python benchmarks/shipped_configs.py` (seconds). The winners of "
            "`python -m kernel_dsl.kernels.tune` (the offline autotuner over the library's DSL "
            "kernels at its common bf16 shapes; `kernels/configs/<target>.json`) re-scored with "
            "the current cost model. Each cell: **modelled** time in us, then % of peak MXU "
            "FLOP/s (`mxu`) or, for kernels the model says are bandwidth-bound, % of HBM "
            "bandwidth (`hbm`), then the VMEM MiB the winner needs by libtpu's compile-only target "
            "(the smallest vmem_limit_bytes it accepts, to within 3% or 24 KiB; no run-to-run "
-           "noise; `any`: the compiler accepts any limit for this kernel, seen for single-step "
-           "grids on TPU7x; `fails`: the config no longer compiles). "
+           "noise; stored with the config, re-measured by `python -m kernel_dsl.kernels.tune "
+           "--refresh-vmem`, which fails if a config no longer compiles; `any`: the compiler "
+           "accepts any limit for this kernel, seen for single-step grids on TPU7x). "
            "Modelled figures are deterministic. JAX ships no Pallas TPU "
            "softmax or norm kernels to compare these with; attention and matmul are compared "
            "with JAX's kernels in the next table.", ""]
@@ -180,8 +179,7 @@ def section_shipped(data: Any) -> list[str]:
     for r in data["rows"]:
         bound = "mxu" if r["pct_peak"] >= r["pct_hbm"] else "hbm"
         pct = r["pct_peak"] if bound == "mxu" else r["pct_hbm"]
-        vmem = ("-" if "compiles" not in r else "fails" if not r["compiles"]
-                else "any" if r["vmem_mib"] is None else f"{r['vmem_mib']:.1f}")
+        vmem = "any" if r["vmem_mib"] is None else f"{r['vmem_mib']:.1f}"
         key = (r["kernel"], _shape_label(r))
         cells.setdefault(key, {})[r["target"]] = f"{r['model_us']:,.1f} · {pct:.0f}% {bound} · {vmem}"
     out += ["| kernel | shape | " + " | ".join(targets) + " |",
@@ -225,11 +223,11 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     _run("overhead.py", "--json", os.path.join(RESULTS, "overhead.json"))
     _run("first_call.py", "--json", os.path.join(RESULTS, "first_call.json"))
+    _run("shipped_configs.py")
     if ns.all:
         _run("offline_tpu.py", "--budget", "90")
         _run("vmem_estimate.py")
         _run("autotune_strategies.py")
-        _run("shipped_configs.py")
         if os.path.exists(os.path.join(HERE, "library_tpu.py")):
             _run("library_tpu.py")
     text = "\n".join([

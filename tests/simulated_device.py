@@ -29,7 +29,7 @@ class _SimBackendModule(_DummyBackendModule):
         return torch.zeros(0, dtype=torch.uint8)
 
     def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
-        pass
+        return None  # the simulated device has no generator of its own: nothing to restore
 
 
 class SimulatedDevice:

@@ -12,6 +12,7 @@ default backend) runs a few in the fast tier and all of them in the slow tier.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from kernel_dsl.kernels import FallbackWarning, flash_attention, scaled_dot_product_attention
+from library_tolerance import assert_close_to_exact
 
 import kernel_dsl as kd
 
@@ -51,18 +53,7 @@ def inputs(b: int, h: int, hkv: int, sq: int, skv: int, d: int, dtype: torch.dty
     return [t.to(dtype).requires_grad_() for t in (q, k, v)]
 
 
-def close(got: torch.Tensor, exact: torch.Tensor, lowp: torch.Tensor | None = None) -> None:
-    """float32 vs float64: 2e-5 relative to the largest value; low precision: within 2x of
-    PyTorch's own error in that dtype (+2e-3)."""
-    assert got.shape == exact.shape, (got.shape, exact.shape)
-    assert torch.isfinite(got).all()
-    err = (got.double() - exact).abs().max().item()
-    scale = exact.abs().max().item() + 1.0
-    if lowp is None:
-        assert err <= 2e-5 * scale, err
-    else:
-        ref_err = (lowp.double() - exact).abs().max().item()
-        assert err <= 2 * ref_err + 2e-3 * scale, (err, ref_err)
+close = functools.partial(assert_close_to_exact, f32_rel=2e-5, lowp_rel=2e-3, finite=True)
 
 
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: Any = False,

@@ -7,12 +7,14 @@ bfloat16/float16 within 2x PyTorch's own error in that dtype (+1e-2 relative).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 from kernel_dsl.kernels import matmul
+from library_tolerance import assert_close_to_exact
 
 import kernel_dsl as kd
 
@@ -28,15 +30,7 @@ def reference(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, act: 
     return z.to(out_dtype) if out_dtype is not None else z
 
 
-def close(got: torch.Tensor, exact: torch.Tensor, lowp: torch.Tensor | None = None) -> None:
-    assert got.shape == exact.shape, (got.shape, exact.shape)
-    err = (got.double() - exact).abs().max().item()
-    scale = exact.abs().max().item() + 1.0
-    if lowp is None:
-        assert err <= 1e-5 * scale, err
-    else:
-        ref_err = (lowp.double() - exact).abs().max().item()
-        assert err <= 2 * ref_err + 1e-2 * scale, (err, ref_err)
+close = functools.partial(assert_close_to_exact, f32_rel=1e-5, lowp_rel=1e-2)
 
 
 def check(xs: tuple[int, ...], ys: tuple[int, ...], act: str | None, bias: bool,

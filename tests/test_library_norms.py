@@ -7,6 +7,7 @@ bfloat16/float16 within 2x PyTorch's own error in that dtype (+5e-3 relative).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable
 
@@ -14,21 +15,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from kernel_dsl.kernels import layer_norm, rms_norm, softmax
+from library_tolerance import assert_close_to_exact
 
 import kernel_dsl as kd
 
 SoftmaxModule = importlib.import_module("kernel_dsl.kernels.softmax")  # `softmax` is the function
 
 
-def close(got: torch.Tensor, exact: torch.Tensor, lowp: torch.Tensor | None = None) -> None:
-    assert got.shape == exact.shape, (got.shape, exact.shape)
-    err = (got.double() - exact).abs().max().item()
-    scale = exact.abs().max().item() + 1.0
-    if lowp is None:
-        assert err <= 1e-5 * scale, err
-    else:
-        ref_err = (lowp.double() - exact).abs().max().item()
-        assert err <= 2 * ref_err + 5e-3 * scale, (err, ref_err)
+close = functools.partial(assert_close_to_exact, f32_rel=1e-5, lowp_rel=5e-3)
 
 
 def check(ours: Callable[..., torch.Tensor], ref: Callable[..., torch.Tensor],
