@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config
-from ..ir import DTYPE_BITS, KernelIR, Op, TileVar
-from ..lowering.pallas.plan import Plan, plan_for
-from ..lowering.pallas.targets import TpuTarget
+from kernel_dsl.config import Config
+from kernel_dsl.ir import DTYPE_BITS, KernelIR, Op, TileVar
+from kernel_dsl.lowering.pallas.plan import Plan, plan_for
+from kernel_dsl.lowering.pallas.targets import TpuTarget
 
 STEP_OVERHEAD_S = 0.35e-6
 F32_MXU_PASSES = 6  # f32 x f32 at HIGHEST precision: bf16 hi/lo products

@@ -14,7 +14,7 @@ import random
 import time
 from typing import Callable, Iterator
 
-from ..config import Config, ConfigSpace
+from kernel_dsl.config import Config, ConfigSpace
 
 Objective = Callable[[Config], float]  # seconds (lower is better); inf for an invalid config
 

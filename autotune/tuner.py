@@ -24,12 +24,14 @@ from typing import Any, Callable
 
 import torch
 
-from .. import lowering
-from ..config import Config
-from ..errors import ConfigError, KernelError
-from ..ir import KernelIR
-from ..lowering.pallas.targets import tpu_target
-from ..version import __version__
+from kernel_dsl import lowering
+from kernel_dsl.config import Config
+from kernel_dsl.errors import ConfigError, KernelError
+from kernel_dsl.ir import KernelIR
+from kernel_dsl.ir_printer import fingerprint
+from kernel_dsl.lowering.pallas.targets import tpu_target
+from kernel_dsl.version import __version__
+
 from .cache import TuningCache, shape_bucket
 from .cost_model import estimate
 from .search import STRATEGIES, run
@@ -102,7 +104,7 @@ class TuneResult:
 
 
 def cache_key(kernel: Any, ir: KernelIR, backend: str, target: str) -> dict[str, Any]:
-    return {"kernel": kernel.name, "ir": ir.fingerprint(), "backend": backend, "target": target,
+    return {"kernel": kernel.name, "ir": fingerprint(ir), "backend": backend, "target": target,
             "shapes": shape_bucket([p.shape for p in ir.inputs]),
             "dtypes": [p.dtype for p in ir.inputs]}
 
@@ -125,7 +127,7 @@ def tuned_config(kernel: Any, ir: KernelIR, backend: str, target: str) -> Config
 
 def _reduced_args(ir: KernelIR, args: tuple[Any, ...], config: Config) -> tuple[Any, ...]:
     """Random inputs where each tiled size is cut to at most two of its blocks under `config`."""
-    from ..config import block_values
+    from kernel_dsl.config import block_values
 
     blocks = block_values(ir, config)
     cut: dict[int, int] = {}

@@ -23,10 +23,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from dsl_kernels import attention, matmul, softmax_two_pass  # noqa: E402
-from kernel_dsl.autotune import cost_model, search  # noqa: E402
-from kernel_dsl.lowering.pallas.targets import tpu_target  # noqa: E402
 
 from kernel_dsl import lowering  # noqa: E402
+from kernel_dsl.autotune import cost_model, search  # noqa: E402
+from kernel_dsl.lowering.pallas.targets import tpu_target  # noqa: E402
 
 E, BF = torch.empty, torch.bfloat16
 PROBLEMS = [

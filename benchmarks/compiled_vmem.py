@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable
 
 from jax_tpu_kernels import GUIDE_MM, D, blocks_for, guide_matmul, their_bwd
+
 from kernel_dsl.kernels import KERNELS
 from kernel_dsl.lowering.pallas.classify import parse_vmem
 from kernel_dsl.lowering.pallas.targets import TARGETS
@@ -67,6 +68,7 @@ def vmem_worker(topology: str) -> None:
     from jax.experimental import topologies
     from jax.experimental.pallas import tpu as pltpu
     from jax.sharding import SingleDeviceSharding
+
     from kernel_dsl.lowering.pallas.check_worker import smallest_limit
 
     dev = topologies.get_topology_desc(platform="tpu", topology_name=topology).devices[0]

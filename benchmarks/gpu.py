@@ -38,10 +38,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from dsl_kernels import matmul  # noqa: E402  (the test kernels, as offline_tpu.py imports them)
-from kernel_dsl.lowering.triton.cuda import make_cuda_op  # noqa: E402
-from kernel_dsl.lowering.triton.runner import compile_for_torch  # noqa: E402
 
 import kernel_dsl as kd  # noqa: E402
+from kernel_dsl.lowering.triton.cuda import make_cuda_op  # noqa: E402
+from kernel_dsl.lowering.triton.runner import compile_for_torch  # noqa: E402
 
 LOG2E = 1.4426950408889634
 

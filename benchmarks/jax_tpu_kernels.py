@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-from kernel_dsl.lowering.pallas.targets import TpuTarget
 from pallas_call_model import capture_once, dot_flops, model
+
+from kernel_dsl.lowering.pallas.targets import TpuTarget
 
 D = 128  # the head dim of every attention shape compared
 BLOCKS = {

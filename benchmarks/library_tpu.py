@@ -43,9 +43,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import torch  # noqa: E402
 from compiled_vmem import our_vmem, their_vmem  # noqa: E402
 from jax_tpu_kernels import BLOCKS, GUIDE_MM, D, their_attention, their_matmul  # noqa: E402
+from pallas_call_model import capture, hbm_bytes  # noqa: E402
+
 from kernel_dsl.kernels import KERNELS  # noqa: E402
 from kernel_dsl.lowering.pallas.targets import TARGETS, TpuTarget, tpu_target  # noqa: E402
-from pallas_call_model import capture, hbm_bytes  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_NAMES = list(TARGETS)
@@ -78,6 +79,7 @@ def ours(name: str, args: tuple[Any, ...], target: TpuTarget) -> dict[str, Any]:
     simulated bytes of the generated kernel (must agree with the model's)."""
     import jax
     import jax.numpy as jnp
+
     from kernel_dsl.autotune.cost_model import estimate
     from kernel_dsl.lowering.pallas.runner import load_module
 

@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from dsl_kernels import attention, layer_norm, matmul, softmax_two_pass  # noqa: E402
+
 from kernel_dsl.autotune import cost_model  # noqa: E402
 from kernel_dsl.lowering.pallas.targets import TARGETS, tpu_target  # noqa: E402
 

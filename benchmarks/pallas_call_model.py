@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+
 from kernel_dsl.autotune.cost_model import F32_MXU_PASSES, STEP_OVERHEAD_S
 from kernel_dsl.lowering.pallas.targets import TpuTarget
 

@@ -18,12 +18,11 @@ import os
 from typing import Any
 
 from kernel_dsl.autotune import cost_model
+from kernel_dsl.config import Config
 from kernel_dsl.kernels import KERNELS
 from kernel_dsl.kernels.tune import SHIPPED_TARGETS, entry_args
 from kernel_dsl.kernels.tuned import CONFIG_DIR
 from kernel_dsl.lowering.pallas.targets import tpu_target
-
-from kernel_dsl.config import Config
 
 
 def per_core(target: str) -> int:

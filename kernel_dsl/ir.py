@@ -172,14 +172,6 @@ class KernelIR:
     def loops(self) -> list[Op]:
         return [op for op in self.body.walk() if op.kind == "loop"]
 
-    def fingerprint(self) -> str:
-        """A stable hash of the printed IR: same kernel, shapes and dtypes give the same key."""
-        import hashlib
-
-        from .ir_printer import print_ir
-
-        return hashlib.sha256(print_ir(self, locs=False).encode()).hexdigest()[:16]
-
 
 def broadcast_shapes(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
     """Numpy broadcasting over dims that are ints or tiles; None if they do not broadcast."""

@@ -1,6 +1,8 @@
 """The stable, readable text form of the tile IR (what `kdsl show` prints)."""
 from __future__ import annotations
 
+import hashlib
+
 from .ir import KernelIR, Op, Region, TileVar, Value, shape_str
 
 
@@ -82,3 +84,8 @@ def print_ir(ir: KernelIR, locs: bool = True) -> str:
     lines.append(f"  grid {grid}:{loc}")
     _print_region(ir.body, 2, lines, locs)
     return "\n".join(lines) + "\n"
+
+
+def fingerprint(ir: KernelIR) -> str:
+    """A stable hash of the printed IR: same kernel, shapes and dtypes give the same key."""
+    return hashlib.sha256(print_ir(ir, locs=False).encode()).hexdigest()[:16]

@@ -6,13 +6,13 @@ on the input device picks the op (notes/torch.md).
 """
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Callable
 
 import torch
 
 from . import lowering
 from .errors import ArgumentError
+from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
 
 _SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool"}
@@ -27,14 +27,6 @@ def _unique(name: str) -> str:
         out = f"{base}_{i}"
     _used_names.add(out)
     return out
-
-
-def torch_tpu_available() -> bool:
-    """Google's TorchTPU (another, unrelated package is also called torch_tpu)."""
-    try:
-        return importlib.util.find_spec("torch_tpu._internal.pallas") is not None
-    except ModuleNotFoundError:
-        return False
 
 
 class KernelOps:
@@ -53,10 +45,10 @@ class KernelOps:
         self.tpu: Any = None
         self.cuda: Any = None
         self.neuron: Any = None
-        if torch_tpu_available():  # made now: a first call inside torch.compile cannot make it
+        if torch_tpu_loaded():  # made now: a first call inside torch.compile cannot make it
             self.tpu_op()
 
-    def _fake(self, *args: Any) -> list[torch.Tensor]:
+    def fake(self, *args: Any) -> list[torch.Tensor]:
         return self.kernel.shapes_only(args)
 
     def _cpu_op(self, backend_name: str) -> Any:
@@ -67,7 +59,7 @@ class KernelOps:
 
         op = torch.library.custom_op(f"kernel_dsl::{self.base}_{backend_name}", impl,
                                      mutates_args=(), device_types="cpu", schema=self.schema)
-        op.register_fake(self._fake)
+        op.register_fake(self.fake)
         return op
 
     def route(self, args: tuple[Any, ...]) -> Callable[..., list[torch.Tensor]]:
@@ -105,9 +97,7 @@ class KernelOps:
 
     def tpu_op(self) -> Any:
         if self.tpu is None:
-            from .tpu_adapter import make_tpu_op  # only where TorchTPU is installed
-
-            self.tpu = make_tpu_op(self)
+            self.tpu = make_tpu_op(self)  # imports TorchTPU and JAX: only on first use
         return self.tpu
 
 

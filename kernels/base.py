@@ -15,11 +15,12 @@ from typing import Any, Callable
 
 import torch
 
-from ..autotune.tuner import tuned_config
-from ..config import Config
-from ..ir import KernelIR
-from ..kernel_object import Kernel
-from ..lowering.pallas.targets import tpu_target
+from kernel_dsl.autotune.tuner import tuned_config
+from kernel_dsl.config import Config
+from kernel_dsl.ir import KernelIR
+from kernel_dsl.kernel_object import Kernel
+from kernel_dsl.lowering.pallas.targets import tpu_target
+
 from . import tuned
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)

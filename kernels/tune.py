@@ -13,6 +13,7 @@ Tuning state goes to a fresh cache directory, so the user's autotuning cache is 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -22,9 +23,10 @@ from typing import Any
 
 import torch
 
-from ..autotune.cache import TuningCache
-from ..lowering.pallas.targets import TPU_TARGETS
-from ..version import __version__
+from kernel_dsl.autotune.cache import TuningCache
+from kernel_dsl.lowering.pallas.targets import TPU_TARGETS
+from kernel_dsl.version import __version__
+
 from . import KERNELS
 from .tuned import CONFIG_DIR
 
@@ -73,7 +75,7 @@ def problems() -> list[tuple[str, tuple[Any, ...]]]:
 
 def entry_args(kernel: Any, entry: dict[str, Any]) -> tuple[Any, ...]:
     """Shape-only arguments that reproduce an entry's specialization (meta tensors + scalars)."""
-    from ..dtypes import IR_TO_TORCH
+    from kernel_dsl.dtypes import IR_TO_TORCH
 
     shapes, dts, scalars = iter(entry["shapes"]), iter(entry["dtypes"]), iter(entry["scalars"])
     return tuple(torch.empty(next(shapes), dtype=IR_TO_TORCH[next(dts)], device="meta")
@@ -101,15 +103,20 @@ def tune_target(target: str, budget: float, only: set[str] | None, log: Any) -> 
                             "scalars": [a for a in args if not isinstance(a, torch.Tensor)],
                             "config": json.loads(res.best.to_json()), "model_s": best.seconds,
                             "utilization": best.utilization, "vmem_used": best.vmem_used,
-                            "verified": res.verified})
+                            "verified": res.verified, "libtpu": libtpu_version()})
     return entries
+
+
+def libtpu_version() -> str:
+    """The libtpu whose compiler measured a config's VMEM (figures move between releases)."""
+    return importlib.metadata.version("libtpu")
 
 
 def refresh_vmem(target: str, log: Any) -> str:
     """Re-measures the VMEM of the shipped configs (after a change to how it is measured),
     without re-tuning: one batch of compiles; the configs themselves are untouched."""
-    from ..config import Config
-    from ..lowering.pallas.check import Job, check
+    from kernel_dsl.config import Config
+    from kernel_dsl.lowering.pallas.check import Job, check
 
     path = os.path.join(CONFIG_DIR, f"{target}.json")
     with open(path) as f:
@@ -129,6 +136,7 @@ def refresh_vmem(target: str, log: Any) -> str:
         if r.vmem_used != e["vmem_used"]:
             log(f"{target} {e['kernel']} {e['shapes']}: VMEM {e['vmem_used']} -> {r.vmem_used}")
         e["vmem_used"] = r.vmem_used
+        e["libtpu"] = libtpu_version()
     return _write_file(path, data)
 
 

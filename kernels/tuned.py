@@ -24,10 +24,10 @@ import math
 import os
 from typing import Any
 
-from ..config import Config
-from ..errors import KernelError
-from ..ir import KernelIR
-from ..lowering.pallas.targets import TpuTarget
+from kernel_dsl.config import Config
+from kernel_dsl.errors import KernelError
+from kernel_dsl.ir import KernelIR
+from kernel_dsl.lowering.pallas.targets import TpuTarget
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
 
@@ -55,7 +55,7 @@ def _distance(a: list[list[int]], b: list[list[int]]) -> float:
 
 
 def _fits(ir: KernelIR, cfg: Config, target: TpuTarget) -> bool:
-    from ..lowering.pallas import BACKEND  # the renderer: pure Python, no JAX
+    from kernel_dsl.lowering.pallas import BACKEND  # the renderer: pure Python, no JAX
 
     try:
         gen = BACKEND.render(ir, cfg, target.name)

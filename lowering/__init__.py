@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from ..config import Config
-from ..errors import BackendError
-from ..ir import KernelIR
+from kernel_dsl.config import Config
+from kernel_dsl.errors import BackendError
+from kernel_dsl.ir import KernelIR
 
 
 @dataclass

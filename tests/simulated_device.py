@@ -41,6 +41,9 @@ class SimulatedDevice:
     """
 
     def __init__(self, name: str):
+        # the real TorchTPU, where installed, must not be what kernel_dsl finds in this process
+        # (a child that wants a TorchTPU installs its stand-in in sys.modules after this)
+        sys.modules.setdefault("torch_tpu", None)  # type: ignore[arg-type]
         _setup_privateuseone_for_python_backend(name, backend_module=_SimBackendModule())
         self.name = name
         self.device = torch.device(name, 0)
@@ -131,9 +134,14 @@ def run_checks(checks: dict[str, Callable[[], None]], marker: str) -> None:
 
 
 def run_child(script: str, args: list[str], env: dict[str, str], marker: str,
-              what: str) -> dict[str, str]:
+              what: str, autoload: bool = False) -> dict[str, str]:
     """In the parent: runs `script` with `args` and returns its results; fails the test with the
-    child's output when it printed none (`what` names the child in that message)."""
+    child's output when it printed none (`what` names the child in that message). `autoload`:
+    torch's device-backend autoload on, as in a user's process (the real TorchTPU's tests)."""
+    # A process has one PrivateUse1 slot. Where Google's TorchTPU is installed, torch's
+    # device-backend autoload would give it to TorchTPU at `import torch`: keep it for the
+    # simulated device (and SimulatedDevice hides the real torch_tpu from kernel_dsl).
+    env = dict(env, TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
     proc = subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True,
                           timeout=600)
     for line in reversed(proc.stdout.splitlines()):

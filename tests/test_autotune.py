@@ -12,13 +12,13 @@ import warnings
 import pytest
 import torch
 from dsl_kernels import add_where, matmul
+
+import kernel_dsl as kd
+from kernel_dsl import lowering
 from kernel_dsl.autotune import cost_model, search, tuner
 from kernel_dsl.autotune.cache import SCHEMA, TuningCache
 from kernel_dsl.lowering.pallas import PallasBackend
 from kernel_dsl.lowering.pallas.targets import tpu_target
-
-import kernel_dsl as kd
-from kernel_dsl import lowering
 
 E, BF = torch.empty, torch.bfloat16
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from kernel_dsl.kernels import FallbackWarning, flash_attention, scaled_dot_product_attention
 from library_tolerance import assert_close_to_exact
 
 import kernel_dsl as kd
+from kernel_dsl.kernels import FallbackWarning, flash_attention, scaled_dot_product_attention
 
 
 # -- reference -------------------------------------------------------------------------------------

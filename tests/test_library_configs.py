@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import pytest
 import torch
+
+import kernel_dsl as kd
 from kernel_dsl.kernels import KERNELS, base, tuned
 from kernel_dsl.kernels.tune import entry_args
 from kernel_dsl.lowering import pallas
 from kernel_dsl.lowering.pallas import targets
 from kernel_dsl.lowering.pallas.targets import tpu_target
-
-import kernel_dsl as kd
 
 REQUIRED = ("tpu-v5e", "tpu-v6e", "tpu-v5p", "tpu-v7x")
 E, BF, I32 = torch.empty, torch.bfloat16, torch.int32
@@ -42,6 +43,8 @@ def test_shipped_file_is_well_formed(target: str) -> None:
         cfg = kd.Config.from_json(json.dumps(e["config"]))
         gen = pallas.BACKEND.render(ir, cfg, target)  # valid for its kernel and shapes
         assert e["vmem_used"] is None or e["vmem_used"] <= tgt.vmem_bytes
+        # the libtpu whose compiler measured the VMEM figure (they move between releases)
+        assert re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", e["libtpu"]), e.get("libtpu")
         assert pallas.BACKEND.estimate_vmem(gen) <= tgt.vmem_bytes
         assert tuned.lookup(e["kernel"], ir, tgt) == cfg  # exact entries come back as shipped
 

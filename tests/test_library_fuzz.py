@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from kernel_dsl.kernels import KERNELS
 
+from kernel_dsl.kernels import KERNELS
 from kernel_dsl.testing import fuzz
 
 # -- references (the kernels' arguments; float64 in, float64 out; or PyTorch in the dtype) ---------

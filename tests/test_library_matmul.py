@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from kernel_dsl.kernels import matmul
 from library_tolerance import assert_close_to_exact
 
 import kernel_dsl as kd
+from kernel_dsl.kernels import matmul
 
 ACT = {None: lambda z: z, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 

@@ -14,10 +14,10 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from kernel_dsl.kernels import layer_norm, rms_norm, softmax
 from library_tolerance import assert_close_to_exact
 
 import kernel_dsl as kd
+from kernel_dsl.kernels import layer_norm, rms_norm, softmax
 
 SoftmaxModule = importlib.import_module("kernel_dsl.kernels.softmax")  # `softmax` is the function
 

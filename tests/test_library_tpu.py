@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from kernel_dsl.kernels import base, flash_attention, layer_norm, matmul, rms_norm, softmax
 from kernel_dsl.lowering.pallas.targets import TPU_TARGETS
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from kernel_dsl.lowering.nki.interp import (
     NkiError,
     StartPartitionWarning,

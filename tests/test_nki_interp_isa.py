@@ -8,9 +8,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from test_nki_interp import F32, A, nisa, nki, nl, out_like, psum, rejects, run, sbuf
+
 from kernel_dsl.lowering.nki.interp import ActivationRangeWarning
 from kernel_dsl.lowering.nki.runner import load_source
-from test_nki_interp import F32, A, nisa, nki, nl, out_like, psum, rejects, run, sbuf
 
 
 @pytest.fixture(autouse=True)

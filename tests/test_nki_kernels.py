@@ -18,11 +18,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from dsl_kernels import add_where, attention, layer_norm, matmul, softmax_rows, softmax_two_pass
-from kernel_dsl.lowering.nki.interp import TransposeExactnessWarning
-from kernel_dsl.lowering.nki.runner import compile_for_torch, real_nki
 
 import kernel_dsl as kd
 from kernel_dsl import lowering
+from kernel_dsl.lowering.nki.interp import TransposeExactnessWarning
+from kernel_dsl.lowering.nki.runner import compile_for_torch, real_nki
 
 ENGINES = ["interp"] + (["nki"] if real_nki() is not None else [])
 NKI = lowering.get("nki")

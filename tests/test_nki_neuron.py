@@ -24,13 +24,13 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from kernel_dsl.lowering.nki.interp import namespace
-from kernel_dsl.lowering.nki.neuron import make_neuron_op, torch_neuronx_available
 from simulated_device import SimulatedDevice, assert_check, run_checks, run_child
 from torch.utils._pytree import tree_map
 
 import kernel_dsl as kd
 from kernel_dsl.errors import BackendError
+from kernel_dsl.lowering.nki.interp import namespace
+from kernel_dsl.lowering.nki.neuron import make_neuron_op, torch_neuronx_available
 from kernel_dsl.torch_ops import KernelOps
 
 _MARKER = "NEURON-ROUTE-RESULTS "

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 import torch
 from dsl_kernels import add_where, attention, layer_norm, matmul, softmax_rows, softmax_two_pass
-from kernel_dsl.lowering.nki import render as nki_render
-from kernel_dsl.lowering.nki.runner import compile_for_torch
-from kernel_dsl.lowering.nki.space import candidates, roles
-from kernel_dsl.lowering.nki.targets import TARGETS
 
 import kernel_dsl as kd
 from kernel_dsl import lowering
 from kernel_dsl.cli import main as kdsl
 from kernel_dsl.errors import BackendError, ConfigError, UnsupportedOpError
+from kernel_dsl.lowering.nki import render as nki_render
+from kernel_dsl.lowering.nki.runner import compile_for_torch
+from kernel_dsl.lowering.nki.space import candidates, roles
+from kernel_dsl.lowering.nki.targets import TARGETS
 
 NKI = lowering.get("nki")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

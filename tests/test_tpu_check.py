@@ -10,12 +10,12 @@ import sys
 import pytest
 import torch
 from dsl_kernels import add_where, attention, layer_norm, matmul, softmax_rows, softmax_two_pass
-from kernel_dsl.lowering.pallas.targets import TARGETS, tpu_target
-from kernel_dsl.lowering.pallas.vmem import padded_bytes
 
 import kernel_dsl as kd
 from kernel_dsl import lowering
 from kernel_dsl.check import BLOCK_RULE, CRASH, TIMEOUT, UNSUPPORTED, VMEM_OVERFLOW
+from kernel_dsl.lowering.pallas.targets import TARGETS, tpu_target
+from kernel_dsl.lowering.pallas.vmem import padded_bytes
 
 E = torch.empty
 BF = torch.bfloat16

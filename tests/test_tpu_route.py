@@ -1,11 +1,17 @@
 """Kernels on `tpu` tensors go through TorchTPU's `jax_op` (kernel_dsl/tpu_adapter.py), tested
 without a TPU and without TorchTPU, on two stand-ins:
 
-- a stand-in `torch_tpu._internal.pallas` whose `jax_op` keeps the contract of TorchTPU's own
-  (torch_tpu/_internal/pallas/pallas.py): name and function positional, every parameter
-  annotated with a real type (jax.Array, int, float, bool, str), non-array parameters static,
-  the torch schema inferred from the signature, the function exported for TPU once per input
-  shape, and a default fake that refuses SymInt dims. Its op runs the JAX function on CPU;
+- a stand-in `torch_tpu._internal.pallas` whose `jax_op` keeps the contract of TorchTPU 0.2.0's
+  own (torch_tpu/_internal/pallas/pallas.py): name and function positional, keyword-only
+  donate_argnums / mesh / input_partition_specs / output_partition_specs; the signature read as
+  `inspect.signature(inspect.unwrap(fn), eval_str=True)`, so string annotations work; every
+  parameter annotated (jax.Array, int, float, bool, str); non-array parameters static; the torch
+  schema inferred from the signature; an op registered for every device (no device_types); the
+  function exported for TPU (`jax.export`, platforms=["tpu"], custom-call checks disabled) once
+  per input shape; a default fake that refuses SymInt dims. Where it differs: its op runs the
+  exported Mosaic kernel on Pallas' TPU interpreter on CPU (the real one hands the module to the
+  TPU runtime), and it takes only the annotation types kernel_dsl uses (the real one also takes
+  enums, sequences and Optional). tests/test_torch_tpu.py runs the same route on the real one;
 - a Python-only PrivateUse1 device renamed `tpu` (tests/simulated_device.py) whose tensors own
   CPU memory, so views, copies, opcheck and torch.compile work on it. A process can rename
   PrivateUse1 only once, so the device tests run in child processes (this file run as a script)
@@ -33,9 +39,10 @@ from simulated_device import SimulatedDevice, assert_check, run_checks, run_chil
 
 import kernel_dsl as kd
 from kernel_dsl.errors import ArgumentError, BackendError, DTypeError, KernelError
-from kernel_dsl.torch_ops import torch_tpu_available
+from kernel_dsl.tpu_adapter import torch_tpu_available
 
 _PALLAS = "torch_tpu._internal.pallas"
+_UTILS = "torch_tpu._internal.utils"
 _MARKER = "TPU-ROUTE-RESULTS "
 
 
@@ -59,26 +66,34 @@ def fake_torch_tpu_modules() -> dict[str, types.ModuleType]:
     `pallas.made` maps op names to `FakeJaxOp`s.
     """
     mods = {}
-    for name in ("torch_tpu", "torch_tpu._internal", _PALLAS):
+    for name in ("torch_tpu", "torch_tpu._internal", _PALLAS, _UTILS, _UTILS + ".hardware"):
         mod = types.ModuleType(name)
         mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         mod.__path__ = []
         mods[name] = mod
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(mods[parent], child, mod)
     made: dict[str, FakeJaxOp] = {}
     vars(mods[_PALLAS]).update(made=made, jax_op=functools.partial(_fake_jax_op, made))
+    # TorchTPU's PCI scan on a host without a TPU (tests set the chip with KD_TPU_TARGET)
+    mods[_UTILS + ".hardware"].get_tpu_device_name = lambda: "TPU"  # type: ignore[attr-defined]
     return mods
 
 
 def _fake_jax_op(made: dict[str, FakeJaxOp], name: str, fn: Callable[..., Any], /, *,
-                 donate_argnums: Any = None, mesh: Any = None,
-                 input_partition_specs: Any = None) -> Any:
-    """TorchTPU's `jax_op(name, fn, /, *, donate_argnums, mesh, input_partition_specs)`, whose op
-    runs `fn` on CPU copies of the inputs and puts the results on the inputs' device."""
+                 donate_argnums: Any = None, mesh: Any = None, input_partition_specs: Any = None,
+                 output_partition_specs: Any = None) -> Any:
+    """TorchTPU's `jax_op(name, fn, /, *, donate_argnums, mesh, input_partition_specs,
+    output_partition_specs)`, whose op runs `fn` on CPU copies of the inputs and puts the results
+    on the inputs' device."""
     import jax  # after kernel_dsl chose JAX's platform, as TorchTPU imports it on first use
 
+    if "::" not in name:
+        raise ValueError(f"Op name {name} does not contain a namespace.")
     if name.count("::") != 1:
         raise ValueError(f"Op name {name} must have exactly one '::' separator.")
-    sig = inspect.signature(fn, follow_wrapped=False)
+    sig = inspect.signature(inspect.unwrap(fn), eval_str=True)
     to_torch: dict[Any, Any] = {jax.Array: torch.Tensor, int: int, float: float, bool: bool, str: str}
     ret = sig.return_annotation
     ret_args = typing.get_args(ret)
@@ -94,7 +109,8 @@ def _fake_jax_op(made: dict[str, FakeJaxOp], name: str, fn: Callable[..., Any], 
     params = list(sig.parameters.values())
     static = tuple(i for i, p in enumerate(params) if p.annotation is not jax.Array)
     jitted = jax.jit(fn, static_argnums=static, donate_argnums=donate_argnums, keep_unused=True)
-    exporter = jax.export.export(jitted, platforms=["tpu"])
+    exporter = jax.export.export(jitted, platforms=["tpu"],
+                                 disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")])
 
     def export(args: tuple[Any, ...]) -> Any:
         return exporter(*[jax.ShapeDtypeStruct(tuple(a.shape), getattr(jax.numpy, str(a.dtype)[6:]))
@@ -108,8 +124,12 @@ def _fake_jax_op(made: dict[str, FakeJaxOp], name: str, fn: Callable[..., Any], 
             rec.exports[key] = export(args)
         rec.calls += 1
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
-        outs = jitted(*[jax.dlpack.from_dlpack(a.cpu().contiguous()) if isinstance(a, torch.Tensor)
-                        else a for a in args])
+        from jax.experimental.pallas import tpu as pltpu
+
+        # the exported kernel is Mosaic; on CPU it runs on Pallas' TPU interpreter instead
+        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+            outs = jitted(*[jax.dlpack.from_dlpack(a.cpu().contiguous())
+                            if isinstance(a, torch.Tensor) else a for a in args])
         return jax.tree_util.tree_map(lambda o: torch.from_dlpack(o).to(device), outs)
 
     def default_fake(*args: Any) -> Any:
@@ -128,8 +148,7 @@ def _fake_jax_op(made: dict[str, FakeJaxOp], name: str, fn: Callable[..., Any], 
     proto.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [p.replace(annotation=to_torch[p.annotation]) for p in params], return_annotation=torch_ret)
     schema = torch.library.infer_schema(proto, mutates_args=())
-    op = torch.library.custom_op(name, impl, mutates_args=(), device_types="privateuseone",
-                                 schema=schema)
+    op = torch.library.custom_op(name, impl, mutates_args=(), schema=schema)  # every device
     op.register_fake(default_fake)
     rec.default_fake = default_fake
     return op
@@ -293,7 +312,8 @@ def _child_main(mode: str) -> None:
 
 
 def _run_child(mode: str) -> dict[str, str]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")  # the stand-in op runs its JAX function on CPU
+    # the stand-in op runs its kernel on CPU; the chip it renders for is set, as on a TPU-less host
+    env = dict(os.environ, JAX_PLATFORMS="cpu", KD_TPU_TARGET="tpu-v5e")
     return run_child(os.path.abspath(__file__), [mode], env, _MARKER, f"the {mode} child")
 
 
@@ -388,25 +408,78 @@ def test_adapter_fake_takes_symbolic_shapes(fake_torch_tpu: types.ModuleType, na
     assert out.dtype == x.dtype
 
 
-def test_adapter_jax_function_exports_mosaic_for_tpu(fake_torch_tpu: types.ModuleType,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a TPU host `kernel.jax` renders for TPU: what TorchTPU exports is a Mosaic kernel."""
+@pytest.fixture
+def route_target_env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Resolves the TPU route's chip afresh with the given KD_TPU_TARGET, TorchTPU and JAX
+    answers (`route_target` caches its answer for the process)."""
+    from kernel_dsl import tpu_adapter
+
+    def resolve(env: str | None = None, torch_tpu: str | None = None, jax: str | None = None) -> str:
+        if env is None:
+            monkeypatch.delenv(tpu_adapter.ENV_TARGET, raising=False)
+        else:
+            monkeypatch.setenv(tpu_adapter.ENV_TARGET, env)
+        monkeypatch.setattr(tpu_adapter, "torch_tpu_chip", lambda: torch_tpu)
+        monkeypatch.setattr(tpu_adapter, "attached_tpu_target", lambda: jax)
+        tpu_adapter.route_target.cache_clear()
+        return tpu_adapter.route_target()
+
+    yield resolve
+    tpu_adapter.route_target.cache_clear()
+
+
+def test_route_target_order(route_target_env: Callable[..., str]) -> None:
+    """KD_TPU_TARGET, then TorchTPU's chip, then JAX's, then the stated default with a warning."""
+    from kernel_dsl import tpu_adapter
+
+    assert route_target_env(env="tpu-v5p", torch_tpu="tpu-v6e", jax="tpu-v4") == "tpu-v5p"
+    assert route_target_env(torch_tpu="tpu-v7x", jax="tpu-v4") == "tpu-v7x"
+    assert route_target_env(jax="tpu-v4") == "tpu-v4"
+    with pytest.warns(UserWarning, match="KD_TPU_TARGET"):
+        assert route_target_env() == tpu_adapter.DEFAULT_TPU_TARGET
+    with pytest.raises(KernelError, match="not a TPU target"):
+        route_target_env(env="v5e")
+
+
+def test_torch_tpu_chip_names_map_to_targets(fake_torch_tpu: types.ModuleType,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """TorchTPU's names (a PCI scan: "TPU v5e", "TPU v7", "TPU" for none) -> our targets."""
+    from kernel_dsl import tpu_adapter
+
+    hardware = sys.modules[_UTILS + ".hardware"]
+    for reported, want in [("TPU v4", "tpu-v4"), ("TPU v5e", "tpu-v5e"), ("TPU v5p", "tpu-v5p"),
+                           ("TPU v6e", "tpu-v6e"), ("TPU v7", "tpu-v7x"), ("TPU", None)]:
+        monkeypatch.setattr(hardware, "get_tpu_device_name", lambda r=reported: r)
+        assert tpu_adapter.torch_tpu_chip() == want, reported
+
+
+@pytest.mark.parametrize("name", ["add_where", "matmul"])
+def test_adapter_exports_mosaic_for_the_route_target(fake_torch_tpu: types.ModuleType,
+                                                     route_target_env: Callable[..., str],
+                                                     name: str) -> None:
+    """What TorchTPU exports is a Mosaic kernel for the route's chip, never interpret mode, also
+    on this host where JAX's default backend is cpu."""
     import dsl_kernels
     import jax
 
-    with monkeypatch.context() as m:
-        m.setattr(jax, "default_backend", lambda: "tpu")  # read when `kernel.jax` is made
-        k = _fresh(dsl_kernels.matmul)  # with TorchTPU present, its tpu op is made right here
-        op = k._ops.tpu_op()
+    assert jax.default_backend() == "cpu"
+    assert route_target_env(env="tpu-v5e") == "tpu-v5e"
+    k = _fresh(getattr(dsl_kernels, name))  # with TorchTPU present, its tpu op is made right here
+    op = k._ops.tpu_op()
     rec = fake_torch_tpu.made[op._qualname]
-    exported = rec.export((torch.empty(256, 128, device="meta"), torch.empty(128, 512, device="meta")))
+    shapes = [(256, 128), (256, 128)] if name == "add_where" else [(256, 128), (128, 512)]
+    exported = rec.export(tuple(torch.empty(s, device="meta") for s in shapes))
     assert "tpu_custom_call" in exported.mlir_module()
-    assert [(a.shape, str(a.dtype)) for a in exported.out_avals] == [((256, 512), "float32")]
+    (made,) = rec.fn.made
+    assert (made.interpret, made.target) == (False, "tpu-v5e")
+    gen = k.generated(*[torch.empty(s) for s in shapes], backend="pallas", target="tpu-v5e")
+    assert "for target tpu-v5e" in gen.source
 
 
 def test_a_dsl_kernel_renders_for_the_attached_tpu_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a TPU host "tpu" means the attached chip: its VMEM limit applies to every kernel."""
     from dsl_kernels import matmul
+
     from kernel_dsl.lowering.pallas import targets
 
     monkeypatch.setattr(targets, "attached_tpu_target", lambda: "tpu-v5e")

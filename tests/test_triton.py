@@ -7,17 +7,18 @@ import os
 import subprocess
 import sys
 import warnings
+from importlib.metadata import version as _dist_version
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 from dsl_kernels import add_where, attention, layer_norm, matmul, softmax_rows, softmax_two_pass
-from kernel_dsl.lowering import get
-from kernel_dsl.lowering.triton.layout import MIN_DOT, dot_dims
 from test_dsl_kernels import _sdpa
 
 import kernel_dsl as kd
+from kernel_dsl.lowering import get
+from kernel_dsl.lowering.triton.layout import MIN_DOT, dot_dims
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRITON = get("triton")
@@ -255,8 +256,9 @@ def test_cuda_op_body_through_the_interpreter() -> None:
 def test_cuda_op_is_traced_into_a_triton_kernel_node() -> None:
     """Under torch.compile the triton_op decomposes into `triton_kernel_wrapper_functional`, the
     node Inductor launches itself. Captured here with fake CPU tensors; nothing runs."""
-    from kernel_dsl.lowering.triton.cuda import make_cuda_op
     from torch._dynamo.backends.common import aot_autograd
+
+    from kernel_dsl.lowering.triton.cuda import make_cuda_op
 
     op = make_cuda_op(matmul._ops, name="matmul_triton_trace_test")
     graphs: list[Any] = []
@@ -388,7 +390,17 @@ def test_compiles_for_sm90(name: str, kernel: Any, args: tuple[Any, ...], cfg: A
     assert report["ok"], report["error"]
 
 
+def triton_version() -> tuple[int, ...]:
+    return tuple(int(p) for p in _dist_version("triton").split(".")[:3] if p.isdigit())
+
+
+_TRITON_3_7 = triton_version()[:2] == (3, 7)
+
+
 @gpu_compiler
+@pytest.mark.xfail(_TRITON_3_7, strict=True, reason="Triton 3.7.1 (what CUDA torch 2.13 pins) "
+                   "asserts in LinearLayout::reshapeOuts compiling the bf16 attention kernel for "
+                   "sm_90; 3.9.0 compiles it. Known, not yet worked around (issue 12 note)")
 def test_bf16_matmul_and_attention_use_hopper_tensor_cores() -> None:
     """bf16 dots become wgmma; loads are pipelined (cp.async) num_stages deep."""
     a = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")

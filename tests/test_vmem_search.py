@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 import pytest
+
 from kernel_dsl.lowering.pallas.vmem_search import MIN_LIMIT, VMEM_SLACK, VMEM_TOLERANCE, smallest_limit
 
 MiB = 1 << 20

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...config import Config, ConfigSpace
-from ...ir import KernelIR
+from kernel_dsl.config import Config, ConfigSpace
+from kernel_dsl.ir import KernelIR
+
 from .. import Generated
 from .neuron import make_neuron_op
 from .render import render as _render

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from ...ir import FLOAT_DTYPES, KernelIR, Op, Region, TileVar
+from kernel_dsl.ir import FLOAT_DTYPES, KernelIR, Op, Region, TileVar
+
 from .names import lit
 
 FLIP = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}

@@ -4,7 +4,7 @@ the value, and every later use (also inside loops) reuses it. Lines carry `# src
 comments pointing at the user's kernel."""
 from __future__ import annotations
 
-from ...errors import SourceLoc
+from kernel_dsl.errors import SourceLoc
 
 
 class Block:

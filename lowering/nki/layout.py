@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ...errors import BackendError
-from ...ir import Dim, KernelIR, Op, Region, TileVar, Value
+from kernel_dsl.errors import BackendError
+from kernel_dsl.ir import Dim, KernelIR, Op, Region, TileVar, Value
+
 from .affine import Virtual
 
 ELEMENTWISE = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or",

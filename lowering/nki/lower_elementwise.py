@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
-from ...errors import UnsupportedOpError
-from ...ir import Op, Value
+from kernel_dsl.errors import UnsupportedOpError
+from kernel_dsl.ir import Op, Value
+
 from .layout import axis_map, carry
 from .names import SHORT
 from .writer import CMP, Operand, Tile, Writer, at

@@ -9,7 +9,8 @@ reading PSUM (the IR's `acc + a @ b` with f32 products and no intermediate round
 """
 from __future__ import annotations
 
-from ...ir import Op, Value
+from kernel_dsl.ir import Op, Value
+
 from .layout import orient_with
 from .names import BYTES, NL_DTYPE
 from .targets import MOVING_FMAX, PMAX

@@ -8,7 +8,8 @@ are never read from or written to HBM.
 """
 from __future__ import annotations
 
-from ...ir import Index, Op, TensorParam, TileVar
+from kernel_dsl.ir import Index, Op, TensorParam, TileVar
+
 from .names import BYTES, NL_DTYPE, lit, shape
 from .targets import PMAX
 from .writer import Tile, Writer, at

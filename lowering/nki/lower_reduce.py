@@ -12,7 +12,8 @@
 """
 from __future__ import annotations
 
-from ...ir import Op, TileVar
+from kernel_dsl.ir import Op, TileVar
+
 from .affine import FLIP, Pred, Scalar, Splat
 from .layout import orient_with
 from .names import lit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...ir import TileVar
+from kernel_dsl.ir import TileVar
 
 NL_DTYPE = {"f32": "nl.float32", "bf16": "nl.bfloat16", "f16": "nl.float16", "i32": "nl.int32",
             "i16": "nl.int16", "i8": "nl.int8", "u8": "nl.uint8",

@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ...errors import BackendError
-from ...tracing import user_loc
+from kernel_dsl.errors import BackendError
+from kernel_dsl.tracing import user_loc
+
 from .render import render
 from .runner import load_source
 from .space import default_config
 
 if TYPE_CHECKING:
-    from ...torch_ops import KernelOps
+    from kernel_dsl.torch_ops import KernelOps
 
 MODULE = "torch_neuronx"
 DEFAULT_TARGET = "trn2"
@@ -96,5 +97,5 @@ def make_neuron_op(ops: KernelOps) -> Any:
         return_annotation=list[torch.Tensor])
     run.__name__ = run.__qualname__ = f"{ops.base}_neuron"
     op = nki_op(f"kernel_dsl::{ops.base}_neuron", run, mutates_args=())
-    op.register_fake(ops._fake)
+    op.register_fake(ops.fake)
     return op

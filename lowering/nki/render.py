@@ -8,9 +8,10 @@ edge counts and mask offsets are Python ints. Layout rules: layout.py; op rules:
 """
 from __future__ import annotations
 
-from ...config import Config, block_values
-from ...errors import ConfigError
-from ...ir import KernelIR
+from kernel_dsl.config import Config, block_values
+from kernel_dsl.errors import ConfigError
+from kernel_dsl.ir import KernelIR
+
 from .. import Generated
 from . import lower_elementwise, lower_matmul, lower_memory, lower_reduce
 from .emitter import Emitter

@@ -20,9 +20,10 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from ...dtypes import IR_TO_TORCH
-from ...errors import BackendError
-from ...ir import KernelIR
+from kernel_dsl.dtypes import IR_TO_TORCH
+from kernel_dsl.errors import BackendError
+from kernel_dsl.ir import KernelIR
+
 from .. import Generated
 from .interp import ENV_TARGET, namespace
 

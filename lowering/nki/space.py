@@ -11,8 +11,9 @@ bytes per partition, so every combination in the space renders and fits.
 """
 from __future__ import annotations
 
-from ...config import Config, ConfigSpace, named_syms, positional_syms
-from ...ir import BlockSym, KernelIR, TileVar
+from kernel_dsl.config import Config, ConfigSpace, named_syms, positional_syms
+from kernel_dsl.ir import BlockSym, KernelIR, TileVar
+
 from .render import target_of, write
 from .targets import MOVING_FMAX, PMAX
 

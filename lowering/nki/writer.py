@@ -13,9 +13,10 @@ import keyword
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...config import effective_block, is_ragged, num_blocks
-from ...errors import ConfigError, SourceLoc
-from ...ir import Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
+from kernel_dsl.config import effective_block, is_ragged, num_blocks
+from kernel_dsl.errors import ConfigError, SourceLoc
+from kernel_dsl.ir import Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
+
 from .affine import Affine, Pred, Scalar, Splat, Virtual, analyze
 from .emitter import Block, Emitter
 from .layout import Core, infer, make_core, orient_with

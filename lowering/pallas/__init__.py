@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...check import CheckEntry
-from ...config import Config
-from ...ir import KernelIR
+from kernel_dsl.check import CheckEntry
+from kernel_dsl.config import Config
+from kernel_dsl.ir import KernelIR
+
 from .. import Generated
 from .render import render as _render
 from .space import config_space, default_config

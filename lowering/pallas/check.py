@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ...check import CRASH, TIMEOUT, CheckEntry
-from ...errors import SourceLoc
+from kernel_dsl.check import CRASH, TIMEOUT, CheckEntry
+from kernel_dsl.errors import SourceLoc
+
 from .. import Generated
 from .classify import classify, hint_for, parse_vmem
 from .runner import jax, load_module

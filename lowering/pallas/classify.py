@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from ...check import BLOCK_RULE, ERROR, UNSUPPORTED, VMEM_OVERFLOW
+from kernel_dsl.check import BLOCK_RULE, ERROR, UNSUPPORTED, VMEM_OVERFLOW
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "": 1}
 _BLOCK_RULE = re.compile(r"block shape|divisible by 8 and 128|_check_block_mappings|"

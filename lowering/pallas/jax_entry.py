@@ -5,8 +5,9 @@ from typing import Any, Callable
 
 import torch
 
-from ...config import Config
-from ...dtypes import TORCH_TO_IR
+from kernel_dsl.config import Config
+from kernel_dsl.dtypes import TORCH_TO_IR
+
 from .runner import jax, jax_function  # JAX comes through .runner, kept off libtpu without a TPU
 
 _JAX_TO_TORCH = {jax.numpy.dtype(str(t).replace("torch.", "")) if t is not torch.bool else
@@ -23,11 +24,17 @@ def _meta(a: Any) -> Any:
 
 
 class JaxKernel:
-    """Call with JAX arrays (or inside `jax.jit`); specializes on their shapes and dtypes."""
+    """Call with JAX arrays (or inside `jax.jit`); specializes on their shapes and dtypes.
 
-    def __init__(self, kernel: Any, interpret: bool | None = None, config: Config | None = None):
+    `kernel.jax` (for JAX users) interprets where JAX's arrays live on CPU and otherwise renders
+    for the TPU JAX sees. The TorchTPU route passes `interpret=False` and its chip as `target`:
+    under TorchTPU, JAX may see no TPU, and interpret mode must never reach a TPU."""
+
+    def __init__(self, kernel: Any, interpret: bool | None = None, config: Config | None = None,
+                 target: str = "tpu"):
         self.kernel = kernel
         self.interpret = jax.default_backend() == "cpu" if interpret is None else interpret
+        self.target = None if self.interpret else target
         self.config = config
         self._fns: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
@@ -37,7 +44,7 @@ class JaxKernel:
         fn = self._fns.get(key)
         if fn is None:
             gen = self.kernel.generated(*metas, backend="pallas", config=self.config,
-                                        target=None if self.interpret else "tpu")
+                                        target=self.target)
             fn = jax_function(gen, self.interpret)
             self._fns[key] = fn
         outs = fn(*[a for a in arrays if hasattr(a, "shape")])

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import block_values, effective_block, num_blocks
-from ...ir import Index, KernelIR, Op, TensorParam, TileVar
+from kernel_dsl.config import block_values, effective_block, num_blocks
+from kernel_dsl.ir import Index, KernelIR, Op, TensorParam, TileVar
 
 
 @dataclass
@@ -115,7 +115,7 @@ def make_plan(ir: KernelIR, config_blocks: dict[int, int], loop_mode: str) -> Pl
 
 
 def plan_for(ir: KernelIR, config: object) -> Plan:
-    from ...config import Config
+    from kernel_dsl.config import Config
 
     assert isinstance(config, Config)
     mode = config.knobs.get("loop_mode", "grid")

@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...config import Config, is_ragged
-from ...errors import BackendError, ConfigError, SourceLoc
-from ...ir import Dim, KernelIR, Op, TileVar, Value
+from kernel_dsl.config import Config, is_ragged
+from kernel_dsl.errors import BackendError, ConfigError, SourceLoc
+from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
+
 from .. import Generated
 from .plan import AxisPlan, LoopPhase, Plan, plan_for
 from .targets import tpu_target

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import Config, ConfigSpace, named_syms, positional_syms
-from ...ir import DTYPE_BITS, BlockSym, KernelIR
+from kernel_dsl.config import Config, ConfigSpace, named_syms, positional_syms
+from kernel_dsl.ir import DTYPE_BITS, BlockSym, KernelIR
+
 from .plan import grid_mode_possible
 
 

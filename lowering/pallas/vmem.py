@@ -10,7 +10,8 @@ reuse its space. `benchmarks/vmem_estimate.py` measures the error against the co
 """
 from __future__ import annotations
 
-from ...ir import DTYPE_BITS
+from kernel_dsl.ir import DTYPE_BITS
+
 from .. import Generated
 from .targets import TpuTarget
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...config import Config, ConfigSpace
-from ...ir import KernelIR
+from kernel_dsl.config import Config, ConfigSpace
+from kernel_dsl.ir import KernelIR
+
 from .. import Generated
 from .render import render as _render
 from .space import config_space, default_config

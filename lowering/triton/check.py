@@ -48,7 +48,7 @@ def compile_for_gpu(gen: Generated, arch: int = 90) -> dict[str, Any]:
 def check_entries(gens: list[Generated], arch: int = 90) -> list[Any]:
     """`kernel.check(..., backend="triton")`: one CheckEntry per rendered target. Compiles run
     in this process (a Triton compile takes about a second; no timeout is enforced)."""
-    from ...check import ERROR, CheckEntry  # the front end's report types
+    from kernel_dsl.check import ERROR, CheckEntry  # the front end's report types
 
     out = []
     for gen in gens:

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ... import dtypes
+from kernel_dsl import dtypes
+
 from .. import Generated
 from .runner import interpreting, kernel_function
 
 if TYPE_CHECKING:
-    from ...torch_ops import KernelOps
+    from kernel_dsl.torch_ops import KernelOps
 
 TARGET = "cuda"
 _SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool}

@@ -67,7 +67,7 @@ def _to_bf16(x):
     bits = x.to(tl.uint32, bitcast=True)
     bits = bits + 0x7FFF + ((bits >> 16) & 1)
     r = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    return tl.where(x != x, float("nan"), r)
+    return tl.where(x != x, x.to(tl.bfloat16), r)  # NaN stays NaN (no bf16 literal: Triton 3.7)
 ''',
     "_tanh": '''
 @triton.jit
@@ -108,6 +108,10 @@ def lit(x: Any) -> str:
 
 def fill_lit(value: Any, dtype: str) -> str:
     """A fill value as a literal of `dtype`'s kind (a float literal would promote an int tile)."""
+    if dtype == "bf16" and float(value) != 0:
+        # made in f32 and cast (exactly: bf16 fills are 0, +-inf, NaN or bf16 literals):
+        # Triton 3.7's interpreter has no bf16 constants (no `get_bf16`)
+        return f"tl.full([], {lit(float(value))}, tl.float32).to(tl.bfloat16)"
     if dtype in FLOATS:
         return lit(float(value))
     if isinstance(value, float) and math.isinf(value):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import effective_block, is_ragged, num_blocks
-from ...ir import Dim, KernelIR, TileVar, Value
+from kernel_dsl.config import effective_block, is_ragged, num_blocks
+from kernel_dsl.ir import Dim, KernelIR, TileVar, Value
 
 MIN_DOT = 16  # tl.dot's smallest M, N and K
 MAX_NUMEL = 1 << 20  # Triton's limit on the elements of one tensor value

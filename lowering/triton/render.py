@@ -14,10 +14,11 @@ from typing import Any
 
 import torch
 
-from ...config import Config, block_values, is_ragged
-from ...dtypes import IR_TO_TORCH
-from ...errors import BackendError, ConfigError
-from ...ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
+from kernel_dsl.config import Config, block_values, is_ragged
+from kernel_dsl.dtypes import IR_TO_TORCH
+from kernel_dsl.errors import BackendError, ConfigError
+from kernel_dsl.ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
+
 from .. import Generated
 from .exprs import HELPERS, SIG, TL, TORCH, cast, elementwise, fill_lit, identity, lit, narrow, up
 from .layout import MAX_NUMEL, MIN_DOT, Layout, make_layout, max_numel
@@ -156,10 +157,9 @@ class _KernelWriter:
         if k == "load":
             expr = self.load(op)
         elif k == "const":
-            expr = f"tl.full([], {lit(rounded(a['value'], r.dtype))}, {TL[r.dtype]})"
+            expr = full("[]", a["value"], r.dtype)
         elif k == "full":
-            expr = (f"tl.full({shape_list(lay.shape(a['shape']))}, "
-                    f"{lit(rounded(a['value'], r.dtype))}, {TL[r.dtype]})")
+            expr = full(shape_list(lay.shape(a["shape"])), a["value"], r.dtype)
         elif k == "iota":
             expr = self.offs(a["tile"])
         elif k == "tile_begin":
@@ -305,6 +305,14 @@ class _KernelWriter:
         em.indent -= 1
         for res, x in zip(op.results, body.args):
             self.names[res.id] = f"v{x.id}"
+
+
+def full(shape: str, value: Any, dtype: str) -> str:
+    """`tl.full` of a literal. A bf16 one is made in f32 and cast, exactly (the literal is
+    already rounded to bf16): Triton 3.7's interpreter has no bf16 constants (no `get_bf16`)."""
+    if dtype == "bf16" and value != 0:
+        return f"tl.full({shape}, {lit(rounded(value, dtype))}, tl.float32).to(tl.bfloat16)"
+    return f"tl.full({shape}, {lit(rounded(value, dtype))}, {TL[dtype]})"
 
 
 def rounded(value: Any, dtype: str) -> Any:

@@ -28,7 +28,8 @@ import triton.language as tl  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-from ...errors import BackendError  # noqa: E402
+from kernel_dsl.errors import BackendError  # noqa: E402
+
 from .. import Generated  # noqa: E402
 
 _counter = 0

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import Config, ConfigSpace, block_values, named_syms, positional_syms
-from ...errors import ConfigError
-from ...ir import DTYPE_BITS, BlockSym, KernelIR, Op, TileVar, Value
+from kernel_dsl.config import Config, ConfigSpace, block_values, named_syms, positional_syms
+from kernel_dsl.errors import ConfigError
+from kernel_dsl.ir import DTYPE_BITS, BlockSym, KernelIR, Op, TileVar, Value
+
 from .layout import MIN_DOT, dot_dims, make_layout, max_numel, next_pow2
 
 KNOBS = ("num_warps", "num_stages", "group_m")
