@@ -1,8 +1,19 @@
-"""Each kernel as `torch.library` custom ops: one per backend family, one shared fake.
+"""Each kernel as a `torch.library` custom op: one device-portable op per kernel.
 
-The schema is fixed at decoration (tensor and scalar parameters in, `Tensor[]` out), so the ops
-exist before any call and `torch.compile` sees them without a graph break. A plain Python branch
-on the input device picks the op (notes/torch.md).
+`kernel_dsl::<name>` has one schema (tensor and scalar parameters in, `Tensor[]` out), fixed at
+decoration so the op exists before any call, one SymInt-safe fake (the host code with `kd.tile`
+loops skipped), and one implementation per device type, registered the torch.library way:
+
+- cpu: the kernel through the CPU backend in force when it runs (`with kd.backend(...)`,
+  `KD_BACKEND`, else Pallas interpret mode);
+- privateuseone: TorchTPU's `jax_op` when the device is `tpu`, TorchNeuron's `nki_op` when it is
+  `neuron`;
+- cuda: the Triton kernel's `triton_op`.
+
+So a graph that `torch.export` traces on one device names the same op as on any other, and runs
+wherever the op has an implementation. Under `torch.compile` (not export) on tpu, neuron and
+cuda, the router hands the graph that device's own op instead: Inductor launches a `triton_op`
+itself (CUDA graphs, AOTInductor), and TorchTPU's and TorchNeuron's compilers see their own ops.
 """
 from __future__ import annotations
 
@@ -10,13 +21,18 @@ from typing import Any, Callable
 
 import torch
 
-from . import lowering
 from .errors import ArgumentError
 from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
 
 _SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool"}
-_used_names: set[str] = set()
+# The kernel library's own ops (kernels/*.py) share the namespace: a user kernel of one of these
+# names gets a suffix, whichever is imported first (tests/test_library_configs.py keeps it true).
+LIBRARY_OPS = frozenset(f"{op}{suffix}" for op in ("matmul", "flash_attention", "softmax",
+                                                   "rms_norm", "layer_norm")
+                        for suffix in ("", "_backward"))
+_used_names: set[str] = set(LIBRARY_OPS)
+_DEVICES = "supported devices: cpu, cuda (Triton), tpu through TorchTPU, neuron through TorchNeuron"
 
 
 def _unique(name: str) -> str:
@@ -30,7 +46,7 @@ def _unique(name: str) -> str:
 
 
 class KernelOps:
-    """The custom ops of one kernel and the router between them."""
+    """The portable op of one kernel, its per-device ops, and the router between them."""
 
     def __init__(self, kernel: Any):
         self.kernel = kernel
@@ -41,7 +57,7 @@ class KernelOps:
         if self.first_tensor is None:
             raise ArgumentError(f"kernel `{kernel.name}` has no tensor parameter", user_loc(),
                                 "annotate tensor parameters with `torch.Tensor`")
-        self.cpu = {name: self._cpu_op(name) for name in lowering.names()}
+        self.op = self._portable_op()
         self.tpu: Any = None
         self.cuda: Any = None
         self.neuron: Any = None
@@ -51,17 +67,25 @@ class KernelOps:
     def fake(self, *args: Any) -> list[torch.Tensor]:
         return self.kernel.shapes_only(args)
 
-    def _cpu_op(self, backend_name: str) -> Any:
-        kernel = self.kernel
-
-        def impl(*args: Any) -> list[torch.Tensor]:
-            return kernel.run_cpu(backend_name, args)
-
-        op = torch.library.custom_op(f"kernel_dsl::{self.base}_{backend_name}", impl,
-                                     mutates_args=(), device_types="cpu", schema=self.schema)
+    def _portable_op(self) -> Any:
+        op = torch.library.custom_op(f"kernel_dsl::{self.base}", self._on_cpu, mutates_args=(),
+                                     device_types="cpu", schema=self.schema)
         op.register_fake(self.fake)
+        op.register_kernel("privateuseone", self._on_privateuse1)
+        op.register_kernel("cuda", self._on_cuda)
         return op
 
+    # -- the portable op's implementations, one per device type ---------------------------------
+    def _on_cpu(self, *args: Any) -> list[torch.Tensor]:
+        return self.kernel.run_cpu(self.kernel.backend_name(), args)
+
+    def _on_privateuse1(self, *args: Any) -> list[torch.Tensor]:
+        return list(self._device_op(torch._C._get_privateuse1_backend_name())(*args))
+
+    def _on_cuda(self, *args: Any) -> list[torch.Tensor]:
+        return list(self.cuda_op()(*args))
+
+    # -- the router (Kernel.__call__; Dynamo traces it) -----------------------------------------
     def route(self, args: tuple[Any, ...]) -> Callable[..., list[torch.Tensor]]:
         device = args[self.first_tensor].device
         for a in args:
@@ -70,23 +94,27 @@ class KernelOps:
                                     f"{a.device}", user_loc(), "move all tensor arguments to one device")
         dev = device.type
         if dev == "cpu":
-            return self.cpu[self.kernel.backend_name()]
+            return self.op
+        device_op = self._device_op(dev)  # made (or its error raised) at the user's call
+        if not torch.compiler.is_compiling():
+            self.kernel._validate(args)  # the device's own op may not check what the CPU path does
+            return self.op
+        return self.op if torch.compiler.is_exporting() else device_op
+
+    def _device_op(self, dev: str) -> Any:
         if dev == "tpu":
-            op = self.tpu_op()
-            if not torch.compiler.is_compiling():  # inside the op, JAX would see only arrays
-                self.kernel._validate(args)
-            return op
+            return self.tpu_op()
         if dev == "neuron":
             return self.neuron_op()
         if dev == "cuda":
-            if self.cuda is None:
-                from .lowering.triton.cuda import make_cuda_op  # imports triton: GPU hosts only
-
-                self.cuda = make_cuda_op(self)
-            return self.cuda
+            return self.cuda_op()
         raise ArgumentError(f"kernel `{self.kernel.name}` got tensors on device `{dev}`",
-                            user_loc(), "supported devices: cpu, cuda (Triton), tpu through "
-                            "TorchTPU, neuron through TorchNeuron")
+                            user_loc(), _DEVICES)
+
+    def tpu_op(self) -> Any:
+        if self.tpu is None:
+            self.tpu = make_tpu_op(self)  # imports TorchTPU and JAX: only on first use
+        return self.tpu
 
     def neuron_op(self) -> Any:
         if self.neuron is None:
@@ -95,10 +123,12 @@ class KernelOps:
             self.neuron = make_neuron_op(self)
         return self.neuron
 
-    def tpu_op(self) -> Any:
-        if self.tpu is None:
-            self.tpu = make_tpu_op(self)  # imports TorchTPU and JAX: only on first use
-        return self.tpu
+    def cuda_op(self) -> Any:
+        if self.cuda is None:
+            from .lowering.triton.cuda import make_cuda_op  # imports triton: GPU hosts only
+
+            self.cuda = make_cuda_op(self)
+        return self.cuda
 
 
 def make_ops(kernel: Any) -> KernelOps:

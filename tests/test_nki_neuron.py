@@ -9,9 +9,6 @@ without Trainium and without torch-neuronx, on two stand-ins:
 - a Python-only PrivateUse1 device renamed `neuron` (tests/simulated_device.py, which
   tests/test_tpu_route.py renames `tpu`). A process renames PrivateUse1 once, so the device
   checks run in a child process (this file as a script).
-
-The child applies the change to `KernelOps.route` that this adapter needs (see
-`proposed_route_change`), since kernel_dsl/torch_ops.py is not part of the NKI backend.
 """
 from __future__ import annotations
 
@@ -31,7 +28,6 @@ import kernel_dsl as kd
 from kernel_dsl.errors import BackendError
 from kernel_dsl.lowering.nki.interp import namespace
 from kernel_dsl.lowering.nki.neuron import make_neuron_op, torch_neuronx_available
-from kernel_dsl.torch_ops import KernelOps
 
 _MARKER = "NEURON-ROUTE-RESULTS "
 
@@ -90,28 +86,6 @@ def fake_torch_neuronx(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
         monkeypatch.setitem(sys.modules, name, mod)
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
     return sys.modules["torch_neuronx"]
-
-
-def proposed_route_change() -> None:
-    """The change `KernelOps.route` needs (kernel_dsl/torch_ops.py), applied by monkeypatching:
-
-        if dev == "neuron":
-            return self.neuron_op()   # neuron_op(): make_neuron_op(self) once, like tpu_op()
-    """
-    route = KernelOps.route
-
-    def routed(self: KernelOps, args: tuple[Any, ...]) -> Any:
-        if args[self.first_tensor].device.type == "neuron":
-            return self.neuron_op()
-        return route(self, args)
-
-    def neuron_op(self: KernelOps) -> Any:
-        if getattr(self, "neuron", None) is None:
-            self.neuron = make_neuron_op(self)
-        return self.neuron
-
-    KernelOps.route = routed  # type: ignore[method-assign]
-    KernelOps.neuron_op = neuron_op  # type: ignore[attr-defined]
 
 
 def _fresh(kernel: kd.Kernel) -> kd.Kernel:
@@ -189,14 +163,15 @@ def _neuron(*shapes: tuple[int, ...]) -> tuple[list[torch.Tensor], list[torch.Te
 
 @_check
 def check_route_picks_the_neuron_op() -> None:
+    """Eager calls take the portable op (its PrivateUse1 implementation calls the neuron op);
+    the neuron op is made once, at the first neuron call."""
     import dsl_kernels
 
     ops = dsl_kernels.add_where._ops
     (x, y), (xn, yn) = _neuron((16, 32), (16, 32))
-    op = ops.route((xn, yn))
-    assert op._qualname == f"kernel_dsl::{ops.base}_neuron"
-    assert op is ops.route((xn, yn)), "the neuron op is made once"
-    assert ops.route((x, y)) is ops.cpu[dsl_kernels.add_where.backend_name()]
+    assert ops.route((xn, yn)) is ops.op and ops.route((x, y)) is ops.op
+    assert ops.neuron._qualname == f"kernel_dsl::{ops.base}_neuron"
+    assert ops.neuron is ops.neuron_op(), "the neuron op is made once"
 
 
 @_check
@@ -247,7 +222,6 @@ def _child_main() -> None:
     SimulatedDevice("neuron")
     sys.modules.update(fake_torch_neuronx_modules())
     os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = "trn2"
-    proposed_route_change()
     run_checks(_CHECKS, _MARKER)
 
 

@@ -38,7 +38,7 @@ def dynamo_reset() -> Any:
 # -- (a) opcheck ------------------------------------------------------------------------------------
 
 def _opcheck(kernel: Any, args: tuple[Any, ...]) -> None:
-    op = kernel._ops.cpu["pallas"]
+    op = kernel._ops.op  # the kernel's one portable op (its CPU implementation runs here)
     result = torch.library.opcheck(op, args)
     assert all(v == "SUCCESS" for v in result.values()), result
 
@@ -239,7 +239,7 @@ def test_outputs_are_fresh_contiguous_tensors(name: str) -> None:
 def test_op_and_eager_call_agree() -> None:
     """The custom op called directly returns fresh tensors equal to the eager kernel call."""
     x, y = torch.randn(13, 37), torch.randn(37, 5)
-    outs = matmul._ops.cpu["pallas"](x, y)
+    outs = matmul._ops.op(x, y)
     assert len(outs) == 1 and outs[0].is_contiguous()
     assert not _shares_memory(outs[0], x) and not _shares_memory(outs[0], y)
     assert torch.equal(outs[0], matmul(x, y))
@@ -298,3 +298,22 @@ def test_default_scalar_argument() -> None:
     close(layer_norm(x, w, b, eps=1e-3), ref_layer_norm(x, w, b, 1e-3))
     close(layer_norm(x=x, w=w, b=b, eps=1e-2), ref_layer_norm(x, w, b, 1e-2))
     assert not torch.allclose(ref_layer_norm(x, w, b, 1e-5), ref_layer_norm(x, w, b, 1e-3))
+
+
+def test_library_op_names_are_reserved_for_the_library() -> None:
+    """User kernels and the kernel library share `torch.ops.kernel_dsl`: a user kernel named like
+    a library op (the test kernel `matmul`) gets a suffix, so either may be imported first."""
+    import sys
+
+    from torch._library.custom_ops import CustomOpDef
+
+    import kernel_dsl.kernels  # noqa: F401
+    from kernel_dsl.torch_ops import LIBRARY_OPS
+
+    library = {v._qualname.split("::")[1]
+               for name in ("matmul", "attention", "softmax", "norms")
+               for v in vars(sys.modules[f"kernel_dsl.kernels.{name}"]).values()
+               if isinstance(v, CustomOpDef)}
+    assert library == LIBRARY_OPS
+    assert matmul.name == "matmul" and matmul._ops.base.startswith("matmul_")
+    assert matmul._ops.op._qualname == f"kernel_dsl::{matmul._ops.base}"

@@ -165,8 +165,29 @@ def check_export_names_the_ops() -> None:
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
     base = dsl_kernels.add_where._ops.base
     for want in ("kernel_dsl.rms_norm.default", "kernel_dsl.matmul.default",
-                 "kernel_dsl.flash_attention.default", f"kernel_dsl.{base}_tpu.default"):
+                 "kernel_dsl.flash_attention.default", f"kernel_dsl.{base}.default"):
         assert want in targets, (want, sorted(targets))
+    assert not any(t.endswith("_tpu.default") for t in targets), sorted(targets)  # portable
+
+
+@_check
+def check_compiled_graph_holds_torch_tpus_own_op() -> None:
+    """Under torch.compile (not export) the graph holds the jax_op's op, which TorchTPU's own
+    compiler knows, instead of the portable op."""
+    import dsl_kernels
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch._dynamo.reset()
+    seen: list[set[str]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm
+
+    f = torch.compile(dsl_kernels.add_where, fullgraph=True, backend=backend)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        f(_tpu(64, 128, dtype=torch.float32), _tpu(64, 128, dtype=torch.float32))
+    assert f"kernel_dsl.{dsl_kernels.add_where._ops.base}_tpu.default" in seen[0], seen
 
 
 @_check
@@ -207,7 +228,8 @@ def child() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("name", [f"mosaic_{n}" for n in LIBRARY_OPS] + [
-    "mosaic_user_kernel", "export_names_the_ops", "compile_fullgraph_dynamic"])
+    "mosaic_user_kernel", "export_names_the_ops", "compiled_graph_holds_torch_tpus_own_op",
+    "compile_fullgraph_dynamic"])
 def test_real_torch_tpu(child: dict[str, str], name: str) -> None:
     assert_check(child, name, "with the real TorchTPU")
 

@@ -220,15 +220,47 @@ def check_compile_first_call() -> None:
 
 @_check("with-torch-tpu")
 def check_route_picks_tpu_op() -> None:
-    """The router: tpu tensors -> `kernel_dsl::<base>_tpu`; cpu tensors -> the CPU op."""
+    """Eager calls on cpu and tpu take the portable op `kernel_dsl::<base>`, whose PrivateUse1
+    implementation calls `kernel_dsl::<base>_tpu` (made once); compiled graphs hold the tpu op."""
     import dsl_kernels
 
     ops = dsl_kernels.add_where._ops
     (x, y), (xt, yt) = _tpu((16, 32), (16, 32))
-    op = ops.route((xt, yt))
-    assert op._qualname == f"kernel_dsl::{ops.base}_tpu"
-    assert op is ops.route((xt, yt)), "the tpu op is made once"
-    assert ops.route((x, y)) is ops.cpu[dsl_kernels.add_where.backend_name()]
+    assert ops.route((xt, yt)) is ops.op and ops.route((x, y)) is ops.op
+    assert ops.op._qualname == f"kernel_dsl::{ops.base}"
+    assert ops.tpu._qualname == f"kernel_dsl::{ops.base}_tpu"
+    assert ops.tpu is ops.tpu_op(), "the tpu op is made once"
+    torch._dynamo.reset()
+    seen: list[set[str]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm
+
+    out = torch.compile(dsl_kernels.add_where, fullgraph=True, backend=backend)(xt, yt)
+    torch.testing.assert_close(out.cpu(), _ref_add_where(x, y))
+    assert f"kernel_dsl.{ops.base}_tpu.default" in seen[0], seen
+
+
+@_check("with-torch-tpu")
+def check_export_is_portable() -> None:
+    """A program exported on tpu names the same op as one exported on cpu, and runs on cpu."""
+    import dsl_kernels
+
+    class M(torch.nn.Module):
+        def forward(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+            return dsl_kernels.add_where(p, q) * 2.0
+
+    (x, y), (xt, yt) = _tpu((16, 32), (16, 32))
+    programs = {dev: torch.export.export(M(), args) for dev, args in [("tpu", (xt, yt)),
+                                                                      ("cpu", (x, y))]}
+    names = {dev: [str(n.target) for n in ep.graph.nodes if "kernel_dsl" in str(n.target)]
+             for dev, ep in programs.items()}
+    base = dsl_kernels.add_where._ops.base
+    assert names["tpu"] == names["cpu"] == [f"kernel_dsl.{base}.default"], names
+    want = _ref_add_where(x, y) * 2.0
+    torch.testing.assert_close(programs["tpu"].module()(x, y), want)  # traced on tpu, run on cpu
+    torch.testing.assert_close(programs["cpu"].module()(xt, yt).cpu(), want)  # and the reverse
 
 
 @_check("with-torch-tpu")
@@ -236,14 +268,17 @@ def check_eager_matches_torch() -> None:
     """Eager calls run the tpu op (exported for TPU once per shape); results match torch."""
     import dsl_kernels
 
-    made = sys.modules[_PALLAS].made
-    for shape in [(16, 32), (16, 32), (8, 24)]:
+    rec = sys.modules[_PALLAS].made[f"kernel_dsl::{dsl_kernels.add_where._ops.base}_tpu"]
+    calls, exports = rec.calls, set(rec.exports)  # earlier checks called it too
+    for shape in [(16, 32), (16, 32), (8, 24), (8, 24), (9, 23)]:
         (x, y), (xt, yt) = _tpu(shape, shape)
         out = dsl_kernels.add_where(xt, yt)
         assert out.device.type == "tpu"
         torch.testing.assert_close(out.cpu(), _ref_add_where(x, y))
-    rec = made[f"kernel_dsl::{dsl_kernels.add_where._ops.base}_tpu"]
-    assert rec.calls == 3 and len(rec.exports) == 2, (rec.calls, list(rec.exports))
+    assert rec.calls - calls == 5, rec.calls - calls
+    # one export per input shape (TorchTPU keys its registered modules by shape)
+    assert set(rec.exports) == exports | {((s, torch.float32),) * 2 for s in
+                                          [(16, 32), (8, 24), (9, 23)]}, list(rec.exports)
     (a, b), (at, bt) = _tpu((64, 32), (32, 48))
     out = dsl_kernels.matmul(at, bt)
     assert out.device.type == "tpu" and out.shape == (64, 48)
@@ -269,9 +304,10 @@ def check_opcheck() -> None:
 
     for k, shapes in [(dsl_kernels.add_where, [(16, 32), (16, 32)]),
                       (dsl_kernels.matmul, [(64, 32), (32, 48)])]:
-        op = getattr(torch.ops.kernel_dsl, f"{k._ops.base}_tpu").default
-        result = torch.library.opcheck(op, tuple(_tpu(*shapes)[1]))
-        assert set(result.values()) == {"SUCCESS"}, result
+        for name in (k._ops.base, f"{k._ops.base}_tpu"):  # the portable op and the tpu op
+            op = getattr(torch.ops.kernel_dsl, name).default
+            result = torch.library.opcheck(op, tuple(_tpu(*shapes)[1]))
+            assert set(result.values()) == {"SUCCESS"}, (name, result)
 
 
 @_check("with-torch-tpu")
@@ -339,6 +375,7 @@ def test_route_without_torch_tpu_names_call_line(child_without_torch_tpu: dict[s
 @pytest.mark.parametrize("check", [
     "compile_first_call",
     "route_picks_tpu_op",
+    "export_is_portable",
     "eager_matches_torch",
     "schema_matches_kernel_ops",
     "opcheck",

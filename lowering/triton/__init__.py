@@ -1,7 +1,7 @@
 """The Triton backend: NVIDIA GPU kernels, run on CPU through Triton's interpreter.
 
-Importing this package does not import Triton: every kernel gets a CPU custom op per backend at
-decoration, and Triton (with its interpreter switch) is only loaded when a kernel first runs.
+Importing this package does not import Triton: every kernel's custom op is made at decoration,
+and Triton (with its interpreter switch) is only loaded when a kernel first runs.
 """
 from __future__ import annotations
 
