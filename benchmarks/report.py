@@ -3,6 +3,7 @@
     python benchmarks/report.py            # rerun the quick parts, reuse saved slow results
     python benchmarks/report.py --all      # also rerun the slow parts (offline TPU tuning,
                                            # VMEM estimate, strategies, library vs JAX)
+    python benchmarks/report.py --skip overhead --skip first_call   # keep those saved timings
 
 Each section states the command behind its figures. Saved results live in benchmarks/results/
 (JSON) and the markdown files the slow scripts write; the report says when a section is missing.
@@ -219,10 +220,14 @@ def section_gpu() -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--all", action="store_true", help="rerun the slow benchmarks too")
+    ap.add_argument("--skip", action="append", default=[], choices=["overhead", "first_call"],
+                    help="reuse this quick part's saved results (wall-clock figures from a quiet "
+                         "machine are worth more than fresh ones from a loaded one)")
     ns = ap.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
-    _run("overhead.py", "--json", os.path.join(RESULTS, "overhead.json"))
-    _run("first_call.py", "--json", os.path.join(RESULTS, "first_call.json"))
+    for part in ("overhead", "first_call"):
+        if part not in ns.skip:
+            _run(f"{part}.py", "--json", os.path.join(RESULTS, f"{part}.json"))
     _run("shipped_configs.py")
     if ns.all:
         _run("offline_tpu.py", "--budget", "90")
