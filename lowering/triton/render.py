@@ -273,7 +273,11 @@ class _KernelWriter:
                 expr = f"tl.dot({xa}, {xb}, {acc}{prec})"
             else:
                 expr = f"tl.dot({xa}, {xb}{prec}, out_dtype=tl.float32)"
-        if r.rank > 2:
+        if r.rank > 2 and not lead:
+            # unit batch dims back as new axes, not a reshape: Triton 3.7/3.8's layout pass
+            # asserts (LinearLayout::reshapeOuts) on a reshaped sm_90 wgmma result
+            expr = f"({expr})[{', '.join(['None'] * (r.rank - 2) + [':', ':'])}]"
+        elif r.rank > 2:
             expr = f"tl.reshape({expr}, {shape_list(lay.shape(r.shape))})"
         if r.dtype != "f32":
             expr = narrow(expr, r.dtype, self.cpu, self.helpers)
