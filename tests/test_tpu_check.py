@@ -191,3 +191,17 @@ def test_a_hang_or_a_crash_does_not_stop_the_other_checks() -> None:
                          measure_vmem=False)
     assert [e.error_class for e in res] == [TIMEOUT, None, CRASH, None]
     assert [e.status for e in res] == ["failed", "ok", "failed", "ok"]
+
+
+@pytest.mark.slow
+def test_compile_workers_do_not_import_from_the_callers_directory(
+        tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `json.py` in the working directory must not be imported into a compile worker: that
+    would run code from wherever the user happens to call `kernel.check` or autotune."""
+    marker = tmp_path / "imported"  # type: ignore[operator]
+    (tmp_path / "json.py").write_text(  # type: ignore[operator]
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit('planted json.py was imported')\n")
+    monkeypatch.chdir(tmp_path)  # type: ignore[arg-type]
+    r = add_where.check(E(64, 256), E(64, 256), targets=["tpu-v6e"], measure_vmem=False)
+    assert not marker.exists(), "the compile worker imported json.py from the caller's cwd"
+    assert r.ok, r.table()

@@ -91,7 +91,9 @@ class _Worker:
         env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"  # workers compile side by side
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernel_dsl.lowering.pallas.check_worker"],
+            # -P: the caller's working directory stays off the worker's sys.path, so a
+            # `json.py` lying there is not imported into it (and run)
+            [sys.executable, "-P", "-m", "kernel_dsl.lowering.pallas.check_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
