@@ -106,12 +106,16 @@ def lit(x: Any) -> str:
     return repr(x)
 
 
+def bf16_full(shape: str, literal: str) -> str:
+    """`tl.full` of a nonzero bf16 literal (one bf16 holds exactly), made in f32 and cast:
+    Triton 3.7's interpreter has no bf16 constants (no `get_bf16`)."""
+    return f"tl.full({shape}, {literal}, tl.float32).to(tl.bfloat16)"
+
+
 def fill_lit(value: Any, dtype: str) -> str:
     """A fill value as a literal of `dtype`'s kind (a float literal would promote an int tile)."""
-    if dtype == "bf16" and float(value) != 0:
-        # made in f32 and cast (exactly: bf16 fills are 0, +-inf, NaN or bf16 literals):
-        # Triton 3.7's interpreter has no bf16 constants (no `get_bf16`)
-        return f"tl.full([], {lit(float(value))}, tl.float32).to(tl.bfloat16)"
+    if dtype == "bf16" and float(value) != 0:  # fills are 0, +-inf, NaN: exact in bf16
+        return bf16_full("[]", lit(float(value)))
     if dtype in FLOATS:
         return lit(float(value))
     if isinstance(value, float) and math.isinf(value):

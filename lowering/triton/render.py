@@ -20,7 +20,7 @@ from kernel_dsl.errors import BackendError, ConfigError
 from kernel_dsl.ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
 
 from .. import Generated
-from .exprs import HELPERS, SIG, TL, TORCH, cast, elementwise, fill_lit, identity, lit, narrow, up
+from .exprs import HELPERS, SIG, TL, TORCH, bf16_full, cast, elementwise, fill_lit, identity, lit, narrow, up
 from .layout import MAX_NUMEL, MIN_DOT, Layout, make_layout, max_numel
 from .space import check_knobs
 
@@ -312,10 +312,9 @@ class _KernelWriter:
 
 
 def full(shape: str, value: Any, dtype: str) -> str:
-    """`tl.full` of a literal. A bf16 one is made in f32 and cast, exactly (the literal is
-    already rounded to bf16): Triton 3.7's interpreter has no bf16 constants (no `get_bf16`)."""
+    """`tl.full` of a literal, rounded to the dtype first (so a bf16 one is exact in f32)."""
     if dtype == "bf16" and value != 0:
-        return f"tl.full({shape}, {lit(rounded(value, dtype))}, tl.float32).to(tl.bfloat16)"
+        return bf16_full(shape, lit(rounded(value, dtype)))
     return f"tl.full({shape}, {lit(rounded(value, dtype))}, {TL[dtype]})"
 
 

@@ -14,7 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..targets import PMAX, PSUM_BANK_BYTES, PSUM_BANKS, TARGETS, Target
+from kernel_dsl.lowering.nki.targets import PMAX, PSUM_BANK_BYTES, PSUM_BANKS, TARGETS, Target
+
 from .errors import NkiError
 
 __all__ = ["PMAX", "PSUM_BANK_BYTES", "PSUM_BANKS", "TARGETS", "Target", "Allocation", "Context", "current",
