@@ -9,14 +9,17 @@ Evaluators:
 - "interpret" (the CPU target): runs each candidate on this machine's CPU through the backend's
   interpreter on the real arguments, compared with the default config's output. Its times are
   plumbing, never performance.
-Every evaluated config is recorded (with its failure reason) in the persistent cache; a repeat
-run on the same problem is answered from the cache without evaluating anything.
+Candidates' code never runs in the caller's process: compiles and CPU runs happen in worker
+processes (autotune/isolated.py, lowering/pallas/check.py), each under the candidate `timeout`,
+so a hanging or crashing candidate is recorded as such and never wins. The wall time is at most
+the budget plus one timeout. Every settled config is recorded (with its failure reason) in the
+persistent cache as soon as it is settled; a repeat run on the same problem is answered from
+the cache without evaluating anything, and a run killed midway resumes where it stopped.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,6 +37,7 @@ from kernel_dsl.version import __version__
 
 from .cache import TuningCache, shape_bucket
 from .cost_model import estimate
+from .isolated import BUILTIN, CandidateRunner, Outcome
 from .search import STRATEGIES, run
 
 Progress = Callable[[str], None]
@@ -42,7 +46,9 @@ Progress = Callable[[str], None]
 @dataclass
 class Candidate:
     config: str  # Config JSON
-    status: str  # "ok" | "pruned" | "failed" | "wrong" | "timeout" | "unverified"
+    # "ok" | "pruned" | "failed" | "wrong" | "timeout" | "unverified" | "budget" (not run, or cut
+    # short: the budget ran out; never cached, so a later run tries it)
+    status: str
     reason: str = ""
     seconds: float | None = None  # modelled (model) or CPU interpreter (interpret) seconds
     utilization: float | None = None  # modelled fraction of the chip's bf16 peak
@@ -60,6 +66,7 @@ class TuneResult:
     candidates: list[Candidate] = field(default_factory=list)
     from_cache: bool = False
     evaluations: int = 0
+    resumed: int = 0  # candidates settled by an earlier, interrupted run (taken from the cache)
     wall_s: float = 0.0
     verified: str = ""  # how the winner's output was checked
 
@@ -119,9 +126,7 @@ def cached_best(cache: TuningCache, key: dict[str, Any]) -> tuple[Config | None,
 
 def tuned_config(kernel: Any, ir: KernelIR, backend: str, target: str) -> Config | None:
     """The cached winner for this kernel, shapes and target, if it was tuned here."""
-    cache = TuningCache(version=__version__)
-    if not os.path.exists(cache.path):
-        return None
+    cache = TuningCache(version=__version__)  # also sees results held in memory (unwritable dir)
     return cached_best(cache, cache_key(kernel, ir, backend, target))[0]
 
 
@@ -160,26 +165,66 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> str:
     return ""
 
 
-def _run_cpu(kernel: Any, backend: str, args: tuple[Any, ...], cfg: Config) -> list[torch.Tensor]:
-    return kernel.run_cpu(backend, args, cfg)
+# statuses that settle a candidate: a rerun takes them from the cache instead of evaluating
+SETTLED = ("ok", "failed", "wrong", "timeout")
+COMPLETE = "complete"  # the record that says a search ended (budget or space), not was killed
 
 
-def _verify_on_cpu(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str,
-                   cfg: Config) -> str:
-    """'' if `cfg` gives the default config's output on a reduced problem, else why not."""
+def _execute(runner: CandidateRunner, kernel: Any, ir: KernelIR, backend: str,
+             args: tuple[Any, ...], cfg: Config, timeout: float, left: float) -> Outcome:
+    """Runs one config on the CPU: in a worker process under `timeout` for the built-in
+    backends, else (a backend registered in this process, whose code a worker cannot import)
+    here, without a timeout."""
+    be = lowering.get(backend)
+    gen = be.render(ir, cfg, be.cpu_target)
+    if gen.backend in BUILTIN:
+        return runner.run(gen, [p.dtype for p in ir.returns],
+                          [a for a in args if isinstance(a, torch.Tensor)], timeout, left)
+    try:
+        kernel.run_cpu(backend, args, cfg)  # build + warm up
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            outs = kernel.run_cpu(backend, args, cfg)
+            times.append(time.perf_counter() - t)
+    except Exception as e:  # noqa: BLE001  (a candidate may fail in any layer)
+        return Outcome("failed", message=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    return Outcome("ok", outs, times)
+
+
+def _verify_on_cpu(runner: CandidateRunner, kernel: Any, ir: KernelIR, args: tuple[Any, ...],
+                   backend: str, cfg: Config, timeout: float, left: Callable[[], float]) -> Outcome:
+    """Runs `cfg` and the default config on a reduced problem; "ok" if the outputs agree."""
     small = _reduced_args(ir, args, cfg)
     try:
-        want = _run_cpu(kernel, backend, small, kernel.default_config(*small, backend=backend))
-        got = _run_cpu(kernel, backend, small, cfg)
+        small_ir = kernel.ir(*small)
+        default = kernel.default_config(*small, backend=backend)
     except KernelError as e:
-        return f"failed on CPU: {e.message}"
-    return _same(got, want)
+        return Outcome("failed", message=f"failed on CPU: {e.message}")
+    runs = []
+    for c in (default, cfg):
+        o = _execute(runner, kernel, small_ir, backend, small, c, timeout, left())
+        if o.status != "ok":
+            which = "the default config" if c is default else "this config"
+            return Outcome(o.status, message=f"{which} on CPU, reduced problem: {o.message}")
+        runs.append(o.outputs)
+    why = _same(runs[1], runs[0])
+    return Outcome("wrong", message=why) if why else Outcome("ok")
+
+
+def _from_record(r: dict[str, Any]) -> Candidate:
+    return Candidate(**{k: r.get(k) for k in Candidate.__dataclass_fields__})
 
 
 def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
-               budget: float, strategy: str, timeout: float, top_k: int,
-               progress: Progress) -> TuneResult:
+               budget: float, strategy: str, timeout: float, top_k: int, progress: Progress,
+               prior: dict[str, Candidate], record: Callable[[list[Candidate]], None]) -> TuneResult:
     t0 = time.monotonic()
+    deadline, hard = t0 + budget, t0 + budget + timeout  # start nothing after; wait for nothing past
+
+    def left() -> float:
+        return hard - time.monotonic()
+
     be = lowering.get(backend)
     tgt = tpu_target(target)
     assert tgt is not None
@@ -211,32 +256,48 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
     res.evaluations = len(by_cfg)
     ranked = sorted((c for c in by_cfg.values() if c.status == "unverified"),
                     key=lambda c: c.seconds or math.inf)
-    # the real compiler decides feasibility: verify the best-ranked until one compiles
-    for i in range(0, len(ranked), top_k):
-        left = budget - (time.monotonic() - t0)
-        if left <= 0 or res.best is not None:
-            break
-        batch = ranked[i:i + top_k]
-        progress(f"compiling {len(batch)} candidates for {target}")
-        gens = [be.render(ir, Config.from_json(c.config), target) for c in batch]
-        for c, e in zip(batch, be.check(ir, gens, min(timeout, max(left, 1.0)), True)):
-            c.vmem_used = e.vmem_used
-            if e.ok:
-                c.status = "ok"
-            else:
-                c.status = "timeout" if e.error_class == "timeout" else "failed"
-                c.reason = f"{e.error_class}: {e.message.splitlines()[0][:200] if e.message else ''}"
-        for c in batch:
-            if c.status != "ok" or res.best is not None:
-                continue
-            cfg = Config.from_json(c.config)
-            progress(f"checking {cfg!r} against the default config on CPU")
-            why = _verify_on_cpu(kernel, ir, args, backend, cfg)
-            if why:
-                c.status, c.reason = "wrong", why
-            else:
-                res.best = cfg
-                res.verified = "compiled for the target; output checked on CPU, reduced problem"
+    for c in ranked:  # compiled and checked by an earlier, killed run: not again
+        old = prior.get(c.config)
+        if old is not None:
+            c.status, c.reason, c.vmem_used = old.status, old.reason, old.vmem_used
+            res.resumed += 1
+    record([c for c in by_cfg.values() if c.status in ("pruned", "failed") and c.config not in prior])
+    with CandidateRunner() as runner:
+        # the real compiler decides feasibility: verify the best-ranked until one compiles
+        for i in range(0, len(ranked), top_k):
+            if time.monotonic() >= deadline or res.best is not None:
+                break
+            batch = ranked[i:i + top_k]
+            fresh = [c for c in batch if c.status == "unverified"]
+            if fresh:
+                progress(f"compiling {len(fresh)} candidates for {target}")
+                gens = [be.render(ir, Config.from_json(c.config), target) for c in fresh]
+                for c, e in zip(fresh, be.check(ir, gens, timeout, True, deadline=hard)):
+                    c.vmem_used = e.vmem_used
+                    if e.ok:
+                        c.status = "compiled"
+                    else:
+                        c.status = {"timeout": "timeout", "budget": "budget"}.get(
+                            e.error_class or "", "failed")
+                        c.reason = f"{e.error_class}: {e.message.splitlines()[0][:200] if e.message else ''}"
+            for c in batch:
+                if res.best is None and c.status == "ok":  # verified by an earlier run
+                    res.best = Config.from_json(c.config)
+                    res.verified = "compiled for the target; output checked on CPU, reduced " \
+                        "problem (an earlier run)"
+                if c.status != "compiled" or res.best is not None:
+                    continue
+                cfg = Config.from_json(c.config)
+                progress(f"checking {cfg!r} against the default config on CPU")
+                o = _verify_on_cpu(runner, kernel, ir, args, backend, cfg, timeout, left)
+                c.status, c.reason = o.status, o.message
+                if o.status == "ok":
+                    res.best = cfg
+                    res.verified = "compiled for the target; output checked on CPU, reduced problem"
+            for c in batch:
+                if c.status == "compiled":  # compiled, not verified: the search ended first
+                    c.status = "unverified"
+            record([c for c in batch if c.status in SETTLED and c.config not in prior])
     res.candidates = list(by_cfg.values())
     res.wall_s = time.monotonic() - t0
     return res
@@ -257,39 +318,48 @@ def _materialize(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def tune_interpret(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
-                   budget: float, strategy: str, progress: Progress) -> TuneResult:
+                   budget: float, strategy: str, timeout: float, progress: Progress,
+                   prior: dict[str, Candidate], record: Callable[[list[Candidate]], None]) -> TuneResult:
     t0 = time.monotonic()
+    hard = t0 + budget + timeout  # candidates start before the budget ends; none waits past this
     args = _materialize(args)
     be = lowering.get(backend)
     space = be.config_space(ir, target)
     default = be.default_config(ir, target)
-    want = _run_cpu(kernel, backend, args, default)
     res = TuneResult(kernel.name, backend, target, "interpret", None)
     by_cfg: dict[str, Candidate] = {}
+    with CandidateRunner() as runner:
+        progress(f"running the default config {default!r} (the reference output)")
+        want = _execute(runner, kernel, ir, backend, args, default, timeout, hard - time.monotonic())
+        if want.status != "ok":
+            c = Candidate(default.to_json(), want.status, f"the default config: {want.message}")
+            res.candidates, res.evaluations = [c], 1
+            res.verified = "nothing verified: the default config, the reference, did not run"
+            record([c] if c.status in SETTLED else [])
+            res.wall_s = time.monotonic() - t0
+            return res
 
-    def objective(cfg: Config) -> float:
-        c = Candidate(cfg.to_json(), "ok")
-        by_cfg[c.config] = c
-        try:
-            _run_cpu(kernel, backend, args, cfg)  # build + warm up
-            times = []
-            for _ in range(3):
-                t = time.perf_counter()
-                got = _run_cpu(kernel, backend, args, cfg)
-                times.append(time.perf_counter() - t)
-        except Exception as e:  # noqa: BLE001  (a candidate may fail in any layer)
-            c.status, c.reason = "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            return math.inf
-        why = _same(got, want)
-        if why:
-            c.status, c.reason = "wrong", why
-            return math.inf
-        c.seconds = statistics.median(times)
-        return c.seconds
+        def objective(cfg: Config) -> float:
+            key = cfg.to_json()
+            if key in prior:
+                c = by_cfg[key] = prior[key]
+                res.resumed += 1
+                return c.seconds if c.status == "ok" and c.seconds is not None else math.inf
+            c = by_cfg[key] = Candidate(key, "ok")
+            o = _execute(runner, kernel, ir, backend, args, cfg, timeout, hard - time.monotonic())
+            c.status, c.reason = o.status, o.message
+            if o.status == "ok":
+                why = _same(o.outputs, want.outputs)
+                if why:
+                    c.status, c.reason = "wrong", why
+                else:
+                    c.seconds = statistics.median(o.times)
+            record([c] if c.status in SETTLED else [])
+            return c.seconds if c.seconds is not None else math.inf
 
-    name = strategy if strategy != "auto" else ("exhaustive" if len(space) <= 16 else "pattern")
-    progress(f"searching {len(space)} configs ({name}, CPU interpreter)")
-    run(name, space, default, objective, budget)  # fills by_cfg through objective
+        name = strategy if strategy != "auto" else ("exhaustive" if len(space) <= 16 else "pattern")
+        progress(f"searching {len(space)} configs ({name}, CPU interpreter, one worker process)")
+        run(name, space, default, objective, budget - (time.monotonic() - t0))
     res.candidates = list(by_cfg.values())
     res.evaluations = len(by_cfg)
     ok = [c for c in res.candidates if c.status == "ok" and c.seconds is not None]
@@ -304,6 +374,9 @@ def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend
              budget: float = 60.0, strategy: str = "auto", timeout: float = 120.0, top_k: int = 4,
              cache: TuningCache | None = None, use_cache: bool = True,
              progress: Progress | None = None) -> TuneResult:
+    """Wall time: at most `budget` plus one candidate `timeout` (and a worker's shutdown).
+    Every settled candidate goes to the cache as soon as it is settled, so a run killed midway
+    loses only the candidates in flight, and the next run resumes from the cache."""
     backend = backend or ("pallas" if tpu_target(target) else kernel.backend_name())
     if strategy not in (*STRATEGIES, "auto"):
         raise ConfigError(f"unknown strategy {strategy!r}", None,
@@ -312,17 +385,31 @@ def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend
     cache = cache or TuningCache(version=__version__)
     ir = kernel.ir(*args)
     key = cache_key(kernel, ir, backend, target)
+    evaluator = "model" if tpu_target(target) else "interpret"
+    prior: dict[str, Candidate] = {}
     if use_cache:
         best, recs = cached_best(cache, key)
-        if best is not None:
-            cands = [Candidate(**{k: r.get(k) for k in Candidate.__dataclass_fields__}) for r in recs]
+        done = any(r.get("status") == COMPLETE for r in recs)
+        cands = [_from_record(r) for r in recs if r.get("status") != COMPLETE]
+        if best is not None and done:
             return TuneResult(kernel.name, backend, target, recs[0].get("evaluator", "?"), best,
                               cands, from_cache=True)
-    if tpu_target(target):
+        if not done:  # an earlier run was killed: keep what it settled
+            prior = {c.config: c for c in cands if c.status in SETTLED}
+            if prior:
+                progress(f"resuming: {len(prior)} candidates settled by an earlier run")
+
+    def record(cands: list[Candidate]) -> None:
+        if cands:
+            cache.add(key, [{**asdict(c), "evaluator": evaluator} for c in cands])
+
+    if evaluator == "model":
         res = tune_model(kernel, ir, args, backend, target, budget, strategy, timeout, top_k,
-                         progress)
+                         progress, prior, record)
     else:
-        res = tune_interpret(kernel, ir, args, backend, target, budget, strategy, progress)
-    cache.add(key, [{**asdict(c), "evaluator": res.evaluator} for c in res.candidates
-                    if c.status != "unverified" or c.seconds is not None])
+        res = tune_interpret(kernel, ir, args, backend, target, budget, strategy, timeout,
+                             progress, prior, record)
+    # the unsettled ranking too (model estimates of configs never compiled), and the end mark
+    record([c for c in res.candidates if c.status == "unverified" and c.seconds is not None])
+    cache.add(key, [{"status": COMPLETE, "evaluator": evaluator}])  # no config: one per key
     return res

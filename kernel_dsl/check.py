@@ -11,6 +11,7 @@ VMEM_OVERFLOW = "vmem-overflow"
 TIMEOUT = "timeout"
 CRASH = "compiler-crash"  # the compiler process died
 ERROR = "error"  # anything else the compiler said
+BUDGET = "budget"  # not compiled, or cut short: the autotune budget ran out first
 
 
 @dataclass

@@ -79,10 +79,15 @@ def test_model_time_grows_with_the_problem_and_respects_the_roofline() -> None:
 
 
 # -- the cache ----------------------------------------------------------------------------------
+def _c(i: int) -> str:
+    """A config's JSON (the cache keeps only records whose config parses as one)."""
+    return kd.Config([i + 1]).to_json()
+
+
 def _writer(path: str, who: int) -> None:
     cache = TuningCache(path, version="t")
     for i in range(25):
-        cache.add({"kernel": "k", "who": who}, [{"config": f"c{i}", "status": "ok", "seconds": i}])
+        cache.add({"kernel": "k", "who": who}, [{"config": _c(i), "status": "ok", "seconds": i}])
 
 
 def test_concurrent_writers_lose_no_record(tmp_path: object) -> None:
@@ -97,7 +102,7 @@ def test_concurrent_writers_lose_no_record(tmp_path: object) -> None:
     cache = TuningCache(d, version="t")
     for w in range(4):
         assert sorted(r["config"] for r in cache.records({"kernel": "k", "who": w})) == \
-            sorted(f"c{i}" for i in range(25))
+            sorted(_c(i) for i in range(25))
 
 
 @pytest.mark.parametrize("content", ['{"schema": 1, "records": [{"key": {"ker', "not json at all",
@@ -113,27 +118,33 @@ def test_corrupt_truncated_or_foreign_files_are_ignored_with_a_warning(tmp_path:
         assert cache.records({"kernel": "k"}) == []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cache.add({"kernel": "k"}, [{"config": "c", "status": "ok", "seconds": 1.0}])
-    assert [r["config"] for r in cache.records({"kernel": "k"})] == ["c"]  # file repaired
+        cache.add({"kernel": "k"}, [{"config": _c(1), "status": "ok", "seconds": 1.0}])
+    assert [r["config"] for r in cache.records({"kernel": "k"})] == [_c(1)]  # file repaired
 
 
 def test_lookups_parse_the_file_once_until_it_changes(tmp_path: object,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     cache = TuningCache(str(tmp_path), version="t")
-    cache.add({"kernel": "k"}, [{"config": "c", "status": "ok", "seconds": 1.0}])
+    cache.add({"kernel": "k"}, [{"config": _c(1), "status": "ok", "seconds": 1.0}])
+    from kernel_dsl.autotune import cache as cache_mod
+    cache_mod._PARSED.clear()  # as in a new process
     parses = []
     real = TuningCache._read
     monkeypatch.setattr(TuningCache, "_read", lambda self: parses.append(1) or real(self))
     for _ in range(3):
-        assert [r["config"] for r in cache.records({"kernel": "k"})] == ["c"]
+        assert [r["config"] for r in cache.records({"kernel": "k"})] == [_c(1)]
     assert len(parses) == 1
-    TuningCache(str(tmp_path), version="t").add({"kernel": "k"}, [{"config": "d", "status": "ok"}])
-    assert sorted(r["config"] for r in cache.records({"kernel": "k"})) == ["c", "d"]
+    # an add (once per candidate) does not parse the file again when only this process wrote it
+    TuningCache(str(tmp_path), version="t").add({"kernel": "k"}, [{"config": _c(2), "status": "ok"}])
+    assert sorted(r["config"] for r in cache.records({"kernel": "k"})) == [_c(1), _c(2)]
+    assert len(parses) == 1
+    os.utime(cache.path, ns=(1, 1))  # changed by someone else: parsed again
+    assert len(cache.records({"kernel": "k"})) == 2 and len(parses) == 2
 
 
 def test_unknown_record_fields_are_kept() -> None:
     cache = TuningCache(version="t")
-    cache.add({"kernel": "k"}, [{"config": "c", "status": "ok", "seconds": 1.0, "from_v2": [1]}])
+    cache.add({"kernel": "k"}, [{"config": _c(1), "status": "ok", "seconds": 1.0, "from_v2": [1]}])
     assert cache.records({"kernel": "k"})[0]["from_v2"] == [1]
     assert cache.records({"kernel": "other"}) == []
     assert TuningCache(version="u").records({"kernel": "k"}) == []  # another package version

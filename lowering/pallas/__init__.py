@@ -39,11 +39,11 @@ class PallasBackend:
         return compile_for_torch(gen, interpret=faithful_params() if faithful else True)
 
     def check(self, ir: KernelIR, gens: list[Generated], timeout: float,
-              measure_vmem: bool) -> list[CheckEntry]:
+              measure_vmem: bool, deadline: float | None = None) -> list[CheckEntry]:
         from .check import Job, check  # JAX and subprocesses: only when checking
 
         specs = [(p.shape, p.dtype) for p in ir.inputs]
-        return check([Job(g, specs, ir.loc) for g in gens], timeout, measure_vmem)
+        return check([Job(g, specs, ir.loc) for g in gens], timeout, measure_vmem, deadline)
 
     def estimate_vmem(self, gen: Generated) -> int:
         return estimate_vmem(gen, tpu_target(gen.target))

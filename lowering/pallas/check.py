@@ -10,20 +10,18 @@ leaks from one check into the next.
 """
 from __future__ import annotations
 
-import json
+import math
 import os
 import queue
 import re
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from kernel_dsl.check import CRASH, TIMEOUT, CheckEntry
+from kernel_dsl.check import BUDGET, CRASH, TIMEOUT, CheckEntry
 from kernel_dsl.errors import SourceLoc
+from kernel_dsl.workers import Worker
 
 from .. import Generated
 from .classify import classify, hint_for, parse_vmem
@@ -83,77 +81,52 @@ _JNP = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i32": "int32", 
         "i8": "int8", "u8": "uint8", "bool": "bool"}
 
 
-class _Worker:
-    def __init__(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-        env["TPU_SKIP_MDS_QUERY"] = "1"
-        env["KD_CHECK_WORKER"] = "1"  # lets fault-injection tests act only inside a worker
-        env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"  # workers compile side by side
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            # -P: the caller's working directory stays off the worker's sys.path, so a
-            # `json.py` lying there is not imported into it (and run)
-            [sys.executable, "-P", "-m", "kernel_dsl.lowering.pallas.check_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.ready = self._next(STARTUP_S) not in ("timeout", "crash")
+_LIBTPU_ARGS = f"{os.environ.get('LIBTPU_INIT_ARGS', '')} --logtostderr".strip()
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)  # the worker exited
 
-    def _next(self, timeout: float) -> dict[str, Any] | str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            return "timeout"
-        return "crash" if line is None else json.loads(line)
+def _worker(startup_timeout: float) -> Worker:
+    return Worker("kernel_dsl.lowering.pallas.check_worker", {
+        "JAX_PLATFORMS": None,  # this process's CPU-only JAX must not keep libtpu from the TPU
+        "TPU_SKIP_MDS_QUERY": "1",
+        "KD_CHECK_WORKER": "1",  # lets fault-injection tests act only inside a worker
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",  # workers compile side by side
+        # libtpu otherwise leaves three log files per worker process in /tmp/tpu_logs (or
+        # $TMPDIR) forever; on stderr they land in the worker's unlinked stderr file, which a
+        # crash report quotes. A TPU_LOG_DIR the user set wins.
+        "LIBTPU_INIT_ARGS": _LIBTPU_ARGS if "TPU_LOG_DIR" not in os.environ else
+        os.environ.get("LIBTPU_INIT_ARGS"),
+    }, startup_timeout)
 
-    def ask(self, job: dict[str, Any], timeout: float) -> dict[str, Any] | str:
-        """The worker's answer, or "timeout" / "crash"."""
-        assert self.proc.stdin is not None
-        if not self.ready:
-            return "crash"
-        try:
-            self.proc.stdin.write(json.dumps(job) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            return "crash"
-        return self._next(timeout)
 
-    def stderr_tail(self) -> str:
-        self.stderr.seek(0)
-        lines = [ln for ln in self.stderr.read().splitlines()
-                 if ln.strip() and "TPU_WORKER_HOSTNAMES" not in ln and "accelerator type" not in ln]
-        return "\n".join(lines[-8:])
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.stderr.close()
+_NOISE = ("TPU_WORKER_HOSTNAMES", "accelerator type")  # libtpu's startup chatter on stderr
 
 
 def compile_checks(jobs: list[Job], timeout: float, measure_vmem: bool,
-                   workers: int | None = None) -> list[CheckEntry]:
-    """Stage 2 for each job, on a pool of worker processes (one per core by default)."""
+                   workers: int | None = None, deadline: float | None = None) -> list[CheckEntry]:
+    """Stage 2 for each job, on a pool of worker processes (one per core by default). With a
+    `deadline` (time.monotonic()), no wait runs past it: jobs it cuts short or never starts
+    are entries of class BUDGET, not failures of the kernel."""
     results: dict[int, CheckEntry] = {}
     todo: queue.Queue[int] = queue.Queue()
     for i in range(len(jobs)):
         todo.put(i)
 
+    def left() -> float:
+        return math.inf if deadline is None else deadline - time.monotonic()
+
     def serve() -> None:
-        worker: _Worker | None = None
+        worker: Worker | None = None
         while True:
             try:
                 i = todo.get_nowait()
             except queue.Empty:
                 break
-            worker = worker or _Worker()
-            results[i], keep = _run_one(worker, jobs[i], i, timeout, measure_vmem)
+            if left() <= 0:
+                results[i] = _entry(jobs[i], "failed", error_class=BUDGET, stage="compile",
+                                    message="not compiled: the autotune budget ran out")
+                continue
+            worker = worker or _worker(min(STARTUP_S, left()))
+            results[i], keep = _run_one(worker, jobs[i], i, timeout, left(), measure_vmem)
             if not keep:  # hung or died: the next job gets a fresh worker
                 worker.close()
                 worker = None
@@ -169,19 +142,24 @@ def compile_checks(jobs: list[Job], timeout: float, measure_vmem: bool,
     return [results[i] for i in range(len(jobs))]
 
 
-def _run_one(worker: _Worker, job: Job, i: int, timeout: float,
+def _run_one(worker: Worker, job: Job, i: int, timeout: float, left: float,
              measure_vmem: bool) -> tuple[CheckEntry, bool]:
     tgt = tpu_target(job.gen.target)
     assert tgt is not None, job.gen.target
+    wait = min(timeout, left)
     ans = worker.ask({"id": i, "source": job.gen.source, "entry": job.gen.entry,
                       "specs": job.specs, "topology": tgt.topology, "target": job.gen.target,
-                      "measure_vmem": measure_vmem}, timeout)
+                      "measure_vmem": measure_vmem}, wait)
     if isinstance(ans, str):
+        if ans == "timeout" and wait < timeout:  # the budget's end, not the kernel's fault
+            return _entry(job, "failed", error_class=BUDGET, stage="compile", compile_s=wait,
+                          message="compile stopped: the autotune budget ran out"), False
         msg = (f"compile did not finish within {timeout:.0f} s" if ans == "timeout"
-               else "the compiler process died:\n" + worker.stderr_tail())
+               else "the compiler process died:\n" + worker.stderr_tail(drop=_NOISE))
         return _entry(job, "failed", error_class=TIMEOUT if ans == "timeout" else CRASH,
                       message=msg, stage="compile",
                       compile_s=timeout if ans == "timeout" else 0.0), False
+    ans = ans[0]
     msg = ans.get("message", "")
     cls = ans.get("error_class")
     used, limit = ans.get("vmem_used"), ans.get("vmem_limit")
@@ -193,9 +171,11 @@ def _run_one(worker: _Worker, job: Job, i: int, timeout: float,
                   source_line=_user_line(msg, job.gen, job.fallback_loc, cls or "")), True
 
 
-def check(jobs: list[Job], timeout: float = 300.0, measure_vmem: bool = True) -> list[CheckEntry]:
+def check(jobs: list[Job], timeout: float = 300.0, measure_vmem: bool = True,
+          deadline: float | None = None) -> list[CheckEntry]:
     out: list[CheckEntry | None] = [lower_check(j) for j in jobs]
     todo = [i for i, e in enumerate(out) if e is None]
-    for i, e in zip(todo, compile_checks([jobs[i] for i in todo], timeout, measure_vmem)):
+    for i, e in zip(todo, compile_checks([jobs[i] for i in todo], timeout, measure_vmem,
+                                         deadline=deadline)):
         out[i] = e
     return [e for e in out if e is not None]

@@ -1,17 +1,18 @@
 """A subprocess that compiles generated Pallas kernels with libtpu's compile-only TPU targets.
 
-Reads one JSON job per line on stdin, answers one JSON result per line on stdout. Run by
+Reads one JSON job per line on stdin, answers one JSON result per line (kernel_dsl.workers). Run by
 `check.py`, which kills and restarts it when a compile hangs or crashes, so one bad kernel
 never stops the others. Not an API: `python -m kernel_dsl.lowering.pallas.check_worker`.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from typing import Any
 
+from kernel_dsl.workers import Channel, die_with_parent
+
+die_with_parent()  # before the slow imports: a parent killed meanwhile takes this worker along
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 
 import jax  # noqa: E402
@@ -85,19 +86,15 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    sys.stdout.write(json.dumps({"ready": True}) + "\n")  # imports done: jobs get their timeout
-    sys.stdout.flush()
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        job = json.loads(line)
+    channel = Channel()
+    channel.send({"ready": True})  # imports done: jobs get their timeout
+    for job, _ in channel.jobs():
         try:
             res = run_job(job)
         except Exception as e:  # noqa: BLE001  (a failure outside the compile itself)
             res = {"id": job.get("id"), "status": "failed", "error_class": "error",
                    "message": f"{type(e).__name__}: {e}", "stage": "compile"}
-        sys.stdout.write(json.dumps(res) + "\n")
-        sys.stdout.flush()
+        channel.send(res)
 
 
 if __name__ == "__main__":
