@@ -218,8 +218,8 @@ def _from_record(r: dict[str, Any]) -> Candidate:
 
 def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
                budget: float, strategy: str, timeout: float, top_k: int, progress: Progress,
-               prior: dict[str, Candidate], record: Callable[[list[Candidate]], None]) -> TuneResult:
-    t0 = time.monotonic()
+               prior: dict[str, Candidate], record: Callable[[list[Candidate]], None],
+               t0: float) -> TuneResult:
     deadline, hard = t0 + budget, t0 + budget + timeout  # start nothing after; wait for nothing past
 
     def left() -> float:
@@ -319,8 +319,8 @@ def _materialize(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def tune_interpret(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
                    budget: float, strategy: str, timeout: float, progress: Progress,
-                   prior: dict[str, Candidate], record: Callable[[list[Candidate]], None]) -> TuneResult:
-    t0 = time.monotonic()
+                   prior: dict[str, Candidate], record: Callable[[list[Candidate]], None],
+                   t0: float) -> TuneResult:
     hard = t0 + budget + timeout  # candidates start before the budget ends; none waits past this
     args = _materialize(args)
     be = lowering.get(backend)
@@ -334,7 +334,10 @@ def tune_interpret(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: st
         if want.status != "ok":
             c = Candidate(default.to_json(), want.status, f"the default config: {want.message}")
             res.candidates, res.evaluations = [c], 1
-            res.verified = "nothing verified: the default config, the reference, did not run"
+            res.verified = ("nothing run: the budget ran out before the reference (the default "
+                            "config) finished; a worker's start takes seconds, give a larger budget"
+                            if want.status == "budget" else
+                            "nothing verified: the default config, the reference, did not run")
             record([c] if c.status in SETTLED else [])
             res.wall_s = time.monotonic() - t0
             return res
@@ -377,6 +380,7 @@ def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend
     """Wall time: at most `budget` plus one candidate `timeout` (and a worker's shutdown).
     Every settled candidate goes to the cache as soon as it is settled, so a run killed midway
     loses only the candidates in flight, and the next run resumes from the cache."""
+    t0 = time.monotonic()  # the budget counts tracing and cache reads too
     backend = backend or ("pallas" if tpu_target(target) else kernel.backend_name())
     if strategy not in (*STRATEGIES, "auto"):
         raise ConfigError(f"unknown strategy {strategy!r}", None,
@@ -405,10 +409,10 @@ def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend
 
     if evaluator == "model":
         res = tune_model(kernel, ir, args, backend, target, budget, strategy, timeout, top_k,
-                         progress, prior, record)
+                         progress, prior, record, t0)
     else:
         res = tune_interpret(kernel, ir, args, backend, target, budget, strategy, timeout,
-                             progress, prior, record)
+                             progress, prior, record, t0)
     # the unsettled ranking too (model estimates of configs never compiled), and the end mark
     record([c for c in res.candidates if c.status == "unverified" and c.seconds is not None])
     cache.add(key, [{"status": COMPLETE, "evaluator": evaluator}])  # no config: one per key

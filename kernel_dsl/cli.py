@@ -4,85 +4,175 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import math
+import os
 import sys
 import time
-from typing import Any
+import traceback
+from typing import Any, Callable
 
 import torch
 
 from . import dtypes
+from .arg_check import did_you_mean
 from .config import Config
 from .errors import KernelError
 from .ir_printer import print_ir
 from .kernel_object import Kernel
 
 _DTYPES = {name: t for t, name in dtypes.TORCH_TO_IR.items()}
+_PARSE_SCALAR = {"int": int, "float": float}
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+EXIT_USER = 2  # bad input (argparse's own usage errors exit 2 too)
+EXIT_INTERNAL = 3  # a bug in kernel_dsl
+REPORT = "report it with the command line and `kdsl --debug` output to the kernel_dsl maintainers"
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as `kdsl: error: <message> (<hint>)`, exit status 2."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.hint = message, hint
 
 
 def load_kernel(spec: str) -> Kernel:
     """`package.module:name` or `path/to/file.py:name`."""
+    k = _load(spec, _import_object)
+    if not isinstance(k, Kernel):
+        raise UsageError(f"{spec} is not a @kd.tpu_kernel function (got {type(k).__name__})",
+                         "name a function decorated with @kd.tpu_kernel")
+    return k
+
+
+def _import_object(spec: str) -> Any:
     mod_name, _, attr = spec.partition(":")
-    if not attr:
-        raise SystemExit(f"kdsl: expected MODULE:KERNEL, got {spec!r}")
     if mod_name.endswith(".py"):
         spec_ = importlib.util.spec_from_file_location("kdsl_user_module", mod_name)
         if spec_ is None or spec_.loader is None:
-            raise SystemExit(f"kdsl: cannot load {mod_name}")
+            raise UsageError(f"cannot load {mod_name}")
         module = importlib.util.module_from_spec(spec_)
         sys.modules["kdsl_user_module"] = module
         spec_.loader.exec_module(module)
     else:
         module = importlib.import_module(mod_name)
-    k = getattr(module, attr, None)
-    if not isinstance(k, Kernel):
-        raise SystemExit(f"kdsl: {spec} is not a @kd.tpu_kernel function")
-    return k
+    if not hasattr(module, attr):
+        raise UsageError(f"{mod_name} has no `{attr}`", "check the name after the `:`")
+    return getattr(module, attr)
+
+
+def _load(spec: str, loader: Callable[[str], Any]) -> Any:
+    """Runs `loader(spec)`; what goes wrong in the user's module is a user error."""
+    mod_name, _, attr = spec.partition(":")
+    if not attr or not mod_name:
+        raise UsageError(f"expected MODULE:NAME or path/to/file.py:NAME, got {spec!r}")
+    if mod_name.endswith(".py") and not os.path.isfile(mod_name):
+        raise UsageError(f"no file {mod_name}", f"the path is relative to {os.getcwd()}")
+    try:
+        return loader(spec)
+    except (UsageError, KernelError):
+        raise
+    except ModuleNotFoundError as e:
+        if e.name and mod_name.startswith(e.name):
+            raise UsageError(f"no module named {e.name!r}",
+                             "check the name, or give path/to/file.py:NAME") from e
+        raise UsageError(f"importing {mod_name} failed: {type(e).__name__}: {e}",
+                         "fix the module; `kdsl --debug` shows the traceback") from e
+    except ValueError as e:  # kernel_dsl.testing.load_object's own complaints
+        raise UsageError(str(e)) from e
+    except Exception as e:  # the user's module raised while being imported
+        raise UsageError(f"importing {mod_name} failed: {type(e).__name__}: {e}",
+                         "fix the module; `kdsl --debug` shows the traceback") from e
+
+
+def _shape(text: str, name: str) -> torch.Tensor:
+    dims, _, dt = text.partition(":")
+    dt = dt or "f32"
+    if dt not in _DTYPES:
+        raise UsageError(f"--shapes {text!r}: unknown dtype {dt!r}",
+                         f"{did_you_mean(dt, list(_DTYPES))}dtypes: {', '.join(_DTYPES)}")
+    try:
+        sizes = [int(d) for d in dims.split("x")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"--shapes {text!r} for `{name}`: sizes must be positive ints",
+                         "give one entry per tensor argument, e.g. --shapes 128x64:bf16 64")
+    return torch.empty(sizes, dtype=_DTYPES[dt], device="meta")
+
+
+def _scalar(kind: str, name: str, text: str) -> Any:
+    try:
+        return _BOOLS[text.lower()] if kind == "bool" else _PARSE_SCALAR[kind](text)
+    except (KeyError, ValueError):
+        raise UsageError(f"--arg {name}={text!r}: `{name}` takes a {kind} value",
+                         "bools are true/false/1/0" if kind == "bool" else None) from None
 
 
 def parse_shapes(kernel: Kernel, shapes: list[str], scalars: list[str]) -> tuple[Any, ...]:
     """`128x64:bf16` per tensor parameter in order; `name=value` for scalar parameters."""
-    given = dict(s.split("=", 1) for s in scalars)
+    tensors = [p.name for p, kind in zip(kernel.params, kernel.kinds) if kind == "Tensor"]
+    others = [p.name for p, kind in zip(kernel.params, kernel.kinds) if kind != "Tensor"]
+    if len(shapes) != len(tensors):
+        raise UsageError(f"{len(shapes)} --shapes entries for {len(tensors)} tensor arguments "
+                         f"({', '.join(tensors)})", "give one entry per tensor, e.g. 128x64:bf16")
+    given: dict[str, str] = {}
+    for item in scalars:
+        name, eq, value = item.partition("=")
+        if not eq or name not in others:
+            raise UsageError(f"--arg {item!r}: {'no scalar argument named ' + repr(name) if eq else 'no ='}",
+                             f"use NAME=VALUE for one of: {', '.join(others) or '(none)'}")
+        given[name] = value
     it = iter(shapes)
     args: list[Any] = []
     for p, kind in zip(kernel.params, kernel.kinds):
         if kind == "Tensor":
-            try:
-                text = next(it)
-            except StopIteration:
-                raise SystemExit(f"kdsl: no --shapes entry for tensor `{p.name}`") from None
-            dims, _, dt = text.partition(":")
-            if (dt or "f32") not in _DTYPES:
-                raise SystemExit(f"kdsl: unknown dtype {dt!r}; use one of {', '.join(_DTYPES)}")
-            args.append(torch.empty([int(d) for d in dims.split("x")], dtype=_DTYPES[dt or "f32"],
-                                    device="meta"))
+            args.append(_shape(next(it), p.name))
         elif p.name in given:
-            args.append({"int": int, "float": float, "bool": lambda v: v.lower() in ("1", "true")}
-                        [kind](given[p.name]))
+            args.append(_scalar(kind, p.name, given[p.name]))
         elif p.default is not p.empty:
             args.append(p.default)
         else:
-            raise SystemExit(f"kdsl: give scalar `{p.name}` with --arg {p.name}=VALUE")
+            raise UsageError(f"no value for scalar argument `{p.name}`", f"give --arg {p.name}=VALUE")
     return tuple(args)
+
+
+def _config(text: str | None) -> Config | None:
+    return Config.from_json(text) if text else None
+
+
+def _seconds(text: str, flag: str) -> float:
+    try:
+        value = float(text.removesuffix("s"))
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # NaN too
+        raise UsageError(f"{flag} {text!r} is not a positive number of seconds", f"e.g. {flag} 120s")
+    return value
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
     k = load_kernel(ns.kernel)
     args = parse_shapes(k, ns.shapes, ns.arg)
-    config = Config.from_json(ns.config) if ns.config else None
+    config = _config(ns.config)
+    out = []  # all of it first: an error prints nothing but its line
     if ns.what in ("ir", "all"):
-        print(print_ir(k.ir(*args)))
+        out.append(print_ir(k.ir(*args)))
     if ns.what in ("source", "all"):
-        print(k.source(*args, backend=ns.backend, config=config, target=ns.target))
+        out.append(k.source(*args, backend=ns.backend, config=config, target=ns.target))
     if ns.what == "configs":
-        print(k.configs(*args, backend=ns.backend))
+        out.append(repr(k.configs(*args, backend=ns.backend, target=ns.target)))
+    print("\n".join(out))
     return 0
 
 
 def cmd_check(ns: argparse.Namespace) -> int:
     k = load_kernel(ns.kernel)
     args = parse_shapes(k, ns.shapes, ns.arg)
-    config = Config.from_json(ns.config) if ns.config else None
-    targets = ns.targets.split(",") if ns.targets else None
+    config = _config(ns.config)
+    targets = ns.targets.split(",") if ns.targets is not None else None
     report = k.check(*args, targets=targets, config=config, timeout=ns.timeout,
                      measure_vmem=not ns.no_vmem)
     print(report.to_json() if ns.json else report.table())
@@ -92,7 +182,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
 def cmd_autotune(ns: argparse.Namespace) -> int:
     k = load_kernel(ns.kernel)
     args = parse_shapes(k, ns.shapes, ns.arg)
-    budget = float(ns.budget.rstrip("s"))
+    budget = _seconds(ns.budget, "--budget")
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
@@ -125,7 +215,7 @@ def _fuzz_dims(items: list[str]) -> dict[str, Any]:
             else:
                 dims[name] = int(text)
         except ValueError:
-            raise SystemExit(f"kdsl: --dim {item!r}: use NAME=LO:HI, NAME=A,B,C or NAME=SIZE") from None
+            raise UsageError(f"--dim {item!r}", "use NAME=LO:HI, NAME=A,B,C or NAME=SIZE") from None
     return dims
 
 
@@ -135,18 +225,21 @@ def cmd_fuzz(ns: argparse.Namespace) -> int:
     try:
         from . import testing  # hypothesis (the `test` extra): imported only for this command
     except ImportError as e:
-        raise SystemExit(f"kdsl fuzz needs hypothesis ({e}): pip install 'kernel-dsl[test]'") from None
+        raise UsageError(f"kdsl fuzz needs hypothesis ({e})", "pip install 'kernel-dsl[test]'") from None
 
-    try:
-        k = testing.load_object(ns.kernel)
-        reference = testing.load_object(ns.reference)
-    except (ValueError, ImportError) as e:
-        raise SystemExit(f"kdsl: {e}") from None
+    k = _load(ns.kernel, testing.load_object)
+    reference = _load(ns.reference, testing.load_object)
     if not isinstance(k, Kernel):
-        raise SystemExit(f"kdsl: {ns.kernel} is not a @kd.tpu_kernel function")
+        raise UsageError(f"{ns.kernel} is not a @kd.tpu_kernel function (got {type(k).__name__})",
+                         "name a function decorated with @kd.tpu_kernel")
     try:
         if ns.replay:
-            result = testing.replay(k, reference, ns.signature, testing.Case.from_json(ns.replay))
+            try:
+                case = testing.Case.from_json(ns.replay)
+            except (ValueError, TypeError, KeyError) as e:
+                raise UsageError(f"--replay {ns.replay!r} is not a case ({type(e).__name__}: {e})",
+                                 "copy the JSON after `--replay` from a failure message") from e
+            result = testing.replay(k, reference, ns.signature, case)
         else:
             configs: Any = int(ns.configs) if ns.configs.isdigit() else ns.configs
             profile = testing.active(ns.profile)
@@ -165,8 +258,8 @@ def cmd_fuzz(ns: argparse.Namespace) -> int:
     except AssertionError as e:
         print(e)
         return 1
-    except ValueError as e:
-        raise SystemExit(f"kdsl: {e}") from None
+    except ValueError as e:  # kernel_dsl.testing's checks of the arguments
+        raise UsageError(str(e)) from e
     print(result.table())
     return 0
 
@@ -178,9 +271,14 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kdsl", description=__doc__)
+    """Exit status: 0 ok, 1 the check/tune/fuzz found a failure, 2 bad input (one
+    `kdsl: error: ...` line; `--debug` adds the traceback), 3 a bug in kernel_dsl."""
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the Python traceback of an error")
+    ap = argparse.ArgumentParser(prog="kdsl", description=__doc__, parents=[debug])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    show = sub.add_parser("show", help="print a kernel's tile IR and generated source")
+    show = sub.add_parser("show", parents=[debug], help="print a kernel's tile IR and generated source")
     show.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
     show.add_argument("--shapes", nargs="+", default=[], help="per tensor argument: 128x64[:bf16]")
     show.add_argument("--arg", action="append", default=[], help="scalar argument: name=value")
@@ -189,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--config", default=None, help='JSON, e.g. \'{"block_sizes": [128, 128, 128]}\'')
     show.add_argument("--what", choices=("all", "ir", "source", "configs"), default="all")
     show.set_defaults(fn=cmd_show)
-    check = sub.add_parser("check", help="compile for real TPU targets (no TPU needed)")
+    check = sub.add_parser("check", parents=[debug], help="compile for real TPU targets (no TPU needed)")
     check.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
     check.add_argument("--shapes", nargs="+", default=[], help="per tensor argument: 128x64[:bf16]")
     check.add_argument("--arg", action="append", default=[], help="scalar argument: name=value")
@@ -200,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--no-vmem", action="store_true", help="skip measuring VMEM (faster)")
     check.add_argument("--json", action="store_true")
     check.set_defaults(fn=cmd_check)
-    tune = sub.add_parser("autotune", help="search block sizes (offline for TPU targets)")
+    tune = sub.add_parser("autotune", parents=[debug], help="search block sizes (offline for TPU targets)")
     tune.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
     tune.add_argument("--shapes", nargs="+", default=[], help="per tensor argument: 128x64[:bf16]")
     tune.add_argument("--arg", action="append", default=[], help="scalar argument: name=value")
@@ -213,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--plot", default=None, help="write a picture of the search (PNG)")
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(fn=cmd_autotune)
-    fz = sub.add_parser("fuzz", help="fuzz a kernel against a PyTorch reference (kernel_dsl.testing)")
+    fz = sub.add_parser("fuzz", parents=[debug],
+                        help="fuzz a kernel against a PyTorch reference (kernel_dsl.testing)")
     fz.add_argument("kernel", help="MODULE:KERNEL or path/to/file.py:KERNEL")
     fz.add_argument("--reference", required=True, help="MODULE:FN or path/to/file.py:FN (same arguments)")
     fz.add_argument("--signature", required=True,
@@ -232,14 +331,49 @@ def main(argv: list[str] | None = None) -> int:
     fz.add_argument("--replay", default=None, help="run only this case (JSON from a failure message)")
     fz.add_argument("--quiet", action="store_true", help="no progress bar")
     fz.set_defaults(fn=cmd_fuzz)
-    demo = sub.add_parser("demo", help="run a DSL matmul on CPU, check it, show its IR and source")
+    demo = sub.add_parser("demo", parents=[debug],
+                          help="run a DSL matmul on CPU, check it, show its IR and source")
     demo.set_defaults(fn=cmd_demo)
     ns = ap.parse_args(argv)
+    callers = _caller_files()
     try:
         return int(ns.fn(ns))
-    except KernelError as e:
-        print(f"kdsl: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    except (UsageError, KernelError) as e:
+        if getattr(ns, "debug", False):
+            traceback.print_exc()
+        print(f"kdsl: error: {_one_line(e, callers)}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("kdsl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (anything else is kernel_dsl's fault, not the user's)
+        if getattr(ns, "debug", False):
+            traceback.print_exc()
+        print(f"kdsl: internal error: {type(e).__name__}: {e}\n"
+              f"  this is a bug in kernel_dsl, not in your input; {REPORT}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _caller_files() -> set[str]:
+    """Files of the frames that called `main` (runpy, a console script, a test): a KernelError
+    located there is about the command line, not about the user's kernel, so its place is
+    left out."""
+    out, frame = set(), sys._getframe(2)
+    while frame is not None:
+        out.add(frame.f_code.co_filename)
+        frame = frame.f_back
+    return out
+
+
+def _one_line(e: Exception, callers: set[str]) -> str:
+    """`file:line: message (hint)` on one line; the place only where it is the user's code."""
+    if isinstance(e, KernelError):
+        where = f"{e.loc}: " if e.loc is not None and e.loc.file not in callers else ""
+        text, hint = f"{where}{type(e).__name__}: {e.message}", e.hint
+    else:
+        text, hint = str(e), getattr(e, "hint", None)
+    text = " ".join(text.split())
+    return f"{text} ({' '.join(hint.split())})" if hint else text
 
 
 if __name__ == "__main__":

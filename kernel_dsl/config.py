@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import numbers
 from typing import Any
 
 from .errors import ConfigError
 from .ir import BlockSym, KernelIR, TileVar
+from .tracing import user_loc
 
 
 class Config:
@@ -19,7 +21,7 @@ class Config:
     __slots__ = ("block_sizes", "knobs", "_key")
 
     def __init__(self, block_sizes: Any = (), **knobs: Any):
-        self.block_sizes = tuple(int(b) for b in block_sizes)
+        self.block_sizes = _block_sizes(block_sizes)
         self.knobs = dict(sorted(knobs.items()))
         self._key = (self.block_sizes, tuple(self.knobs.items()))
 
@@ -42,8 +44,27 @@ class Config:
 
     @staticmethod
     def from_json(text: str) -> "Config":
-        d = json.loads(text)
+        example = 'e.g. {"block_sizes": [128, 128], "loop_mode": "grid"}'
+        try:
+            d = json.loads(text)
+        except ValueError as e:
+            raise ConfigError(f"config {text!r} is not JSON ({e})", user_loc(), example) from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"config {text!r} is not a JSON object", user_loc(), example)
         return Config(d.pop("block_sizes", ()), **d)
+
+
+def _block_sizes(given: Any) -> tuple[int, ...]:
+    """Positive ints (numpy's too); bools, floats and strings are mistakes, not sizes."""
+    if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+        raise ConfigError(f"block_sizes={given!r} is not a list", user_loc(),
+                          "list one block size per free `kd.tile` dimension: block_sizes=[128, 64]")
+    out = tuple(given)
+    for b in out:
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1:
+            raise ConfigError(f"block size {b!r} in block_sizes={list(out)!r} is not a positive int",
+                              user_loc(), "block sizes are positive ints, e.g. block_sizes=[128, 64]")
+    return tuple(int(b) for b in out)
 
 
 def positional_syms(ir: KernelIR) -> list[BlockSym]:

@@ -8,8 +8,17 @@ from typing import Any, Callable
 
 import torch
 
-from . import dtypes, lowering
+from . import dtypes, guards, lowering
+from .arg_check import (
+    autotune_target,
+    check_config,
+    check_strategy,
+    check_target,
+    did_you_mean,
+    positive_seconds,
+)
 from .autotune.cost_model import estimate
+from .autotune.search import STRATEGIES
 from .autotune.tuner import TuneResult, autotune, tuned_config
 from .check import CheckReport
 from .config import Config, ConfigSpace
@@ -24,7 +33,7 @@ from .errors import (
 )
 from .ir import KernelIR
 from .ir_verify import verify
-from .lowering.pallas.targets import tpu_target
+from .lowering.pallas.targets import TPU_TARGETS, tpu_target
 from .torch_ops import make_ops
 from .trace_mode import TraceMode
 from .tracing import ShapeOnly, Tracer, is_machinery, run_traced, user_loc
@@ -93,13 +102,30 @@ def _foreign_error_loc(exc: BaseException) -> SourceLoc | None:
     return loc
 
 
+def _check_decorator_args(config: Any, configs: Any, backend: Any) -> None:
+    check_config(config)
+    if configs is not None and (not isinstance(configs, (list, tuple))
+                                or not all(isinstance(c, Config) for c in configs)):
+        raise ConfigError(f"configs={configs!r} is not a list of kd.Config", user_loc(),
+                          "pass configs=[kd.Config(...), ...]; one config is config=kd.Config(...)")
+    if backend is not None and (not isinstance(backend, str) or backend not in lowering.names()):
+        close = did_you_mean(backend, lowering.names()) if isinstance(backend, str) else ""
+        raise BackendError(f"unknown backend {backend!r}", user_loc(),
+                           f"{close}backends: {', '.join(lowering.names())}")
+
+
 class Kernel:
     """A traced, specialized, compiled and cached tile kernel; callable like a torch function."""
 
     def __init__(self, fn: Callable[..., Any], *, config: Config | None = None,
                  configs: list[Config] | None = None, backend: str | None = None):
+        if not callable(fn):
+            raise ArgumentError(f"kd.tpu_kernel decorates a function, got {type(fn).__name__}",
+                                user_loc(), "put @kd.tpu_kernel on a `def` whose body has a "
+                                "`for ... in kd.tile(...)` loop")
+        _check_decorator_args(config, configs, backend)
         self.fn = fn
-        self.name = fn.__name__
+        self.name = getattr(fn, "__name__", type(fn).__name__)  # the user's; the IR's is names.py's
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self.signature = inspect.signature(fn)
@@ -137,6 +163,8 @@ class Kernel:
             if isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or a.requires_grad
                                                 or a.device.type != "cpu"):
                 return False
+            if not isinstance(a, (torch.Tensor, *_SCALARS)):
+                return False  # a list, None, ...: the router checks the call and says which
         return not torch._C._are_functorch_transforms_active()
 
     def backend_name(self) -> str:
@@ -180,10 +208,14 @@ class Kernel:
                 raise ArgumentError(f"argument `{p.name}` must be {kind}, got {type(a).__name__}",
                                     loc, f"call it as {self.name}{self.signature}")
 
-    @staticmethod
-    def arg_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def arg_key(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The key of traces and builds: argument shapes, dtypes and scalar values, and the
+        values of the scalar globals and closure variables the kernel reads (guards.py)."""
+        rs = self.__dict__.get("_reads")
+        if rs is None:  # found once, at the first call (globals defined after `def` count)
+            rs = self._reads = guards.reads(self.fn)
         return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
-                     for a in args)
+                     for a in args) + guards.values(rs)
 
     def ir(self, *args: Any) -> KernelIR:
         """The tile IR of this kernel specialized to `args` (shapes, dtypes, scalar values)."""
@@ -239,8 +271,9 @@ class Kernel:
     def generated(self, *args: Any, backend: str | None = None, config: Config | None = None,
                   target: str | None = None) -> lowering.Generated:
         be = lowering.get(backend or self.backend_name())
+        check_config(config)
+        tgt = check_target(be, target) if target is not None else be.cpu_target
         ir = self.ir(*args)
-        tgt = target or be.cpu_target
         resolve = getattr(be, "resolve_target", None)  # "tpu" -> the attached chip's generation
         tgt = resolve(tgt) if resolve is not None else tgt
         self.stats["renders"] += 1
@@ -253,7 +286,8 @@ class Kernel:
 
     def configs(self, *args: Any, backend: str | None = None, target: str | None = None) -> ConfigSpace:
         be = lowering.get(backend or self.backend_name())
-        return be.config_space(self.ir(*args), target or be.cpu_target)
+        tgt = check_target(be, target) if target is not None else be.cpu_target
+        return be.config_space(self.ir(*args), tgt)
 
     def default_config(self, *args: Any, backend: str | None = None) -> Config:
         be = lowering.get(backend or self.backend_name())
@@ -301,11 +335,14 @@ class Kernel:
         if checker is None:
             raise BackendError(f"backend {backend!r} has no compile check", user_loc(),
                                "check TPU kernels with backend='pallas'")
-        targets = list(targets or be.targets)
+        targets = [targets] if isinstance(targets, str) else list(targets or be.targets)
         unknown = [t for t in targets if t not in be.targets]
         if unknown:
+            close = did_you_mean(unknown[0], be.targets) if isinstance(unknown[0], str) else ""
             raise ArgumentError(f"unknown targets {unknown} for backend {backend!r}", user_loc(),
-                                f"targets: {', '.join(be.targets)}")
+                                f"{close}targets: {', '.join(be.targets)}")
+        check_config(config)
+        timeout = positive_seconds("timeout", timeout)
         ir = self.ir(*args)
         gens = [be.render(ir, self._config_for(ir, be.name, t, config), t) for t in targets]
         shapes = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ir.inputs)
@@ -314,16 +351,29 @@ class Kernel:
     def autotune(self, *args: Any, target: str = "cpu", budget: float = 60.0,
                  strategy: str = "auto", backend: str | None = None, **kw: Any) -> TuneResult:
         """Searches the config space within `budget` seconds; the winner goes to the persistent
-        cache, where later calls with these shapes find it."""
-        return autotune(self, args, target=target, budget=budget, strategy=strategy,
-                        backend=backend, **kw)
+        cache, where later calls with these shapes find it. Targets: "cpu" (times on this
+        machine's CPU interpreter, any backend) and the TPU generations (Pallas: the cost model
+        and the TPU compiler); other chips have no evaluator, so they are refused."""
+        budget = positive_seconds("budget", budget)
+        if "timeout" in kw:
+            kw["timeout"] = positive_seconds("timeout", kw["timeout"])
+        check_strategy(strategy, list(STRATEGIES))
+        be = lowering.get(backend or ("pallas" if tpu_target(target) else self.backend_name()))
+        tuned_for = autotune_target(be, target)
+        res = autotune(self, args, target=tuned_for, budget=budget, strategy=strategy,
+                       backend=be.name, **kw)
+        if target == "cpu":
+            res.target = "cpu"  # NKI's CPU path renders (and caches) for trn2; timed on this CPU
+        return res
 
     def estimate(self, *args: Any, target: str, config: Config | None = None) -> float:
         """Modelled seconds on a TPU target (the autotuner's analytical model)."""
-        tgt = tpu_target(target)
+        tgt = tpu_target(target) if isinstance(target, str) else None
         if tgt is None:
+            close = did_you_mean(target, TPU_TARGETS) if isinstance(target, str) else ""
             raise ArgumentError(f"no cost model for target {target!r}", user_loc(),
-                                "estimate TPU targets: tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, tpu-v7x")
+                                f"{close}estimate TPU targets: {', '.join(TPU_TARGETS)}")
+        check_config(config)
         ir = self.ir(*args)
         return estimate(ir, self._config_for(ir, "pallas", target, config), tgt).seconds
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from .errors import ArgumentError
+from .names import identifier
 from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
 
@@ -36,7 +37,7 @@ _DEVICES = "supported devices: cpu, cuda (Triton), tpu through TorchTPU, neuron 
 
 
 def _unique(name: str) -> str:
-    base = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    base = identifier(name)  # torch's schema parser takes ASCII identifiers only
     out, i = base, 1
     while out in _used_names:
         i += 1
@@ -87,6 +88,8 @@ class KernelOps:
 
     # -- the router (Kernel.__call__; Dynamo traces it) -----------------------------------------
     def route(self, args: tuple[Any, ...]) -> Callable[..., list[torch.Tensor]]:
+        if not all(isinstance(a, (torch.Tensor, int, float, bool)) for a in args):
+            self.kernel._validate(args)  # a list or None for a tensor: named at the user's line
         device = args[self.first_tensor].device
         for a in args:
             if isinstance(a, torch.Tensor) and a.device != device:

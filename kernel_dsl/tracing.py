@@ -22,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from .errors import KernelSyntaxError, LoopScopeError, SourceLoc
 from .ir import BlockSym, Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
+from .names import identifier
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -171,7 +172,8 @@ class Tracer:
                 "loops over tiles always run to the end; use torch.where to skip work")
         if self.grid is None:
             raise KernelSyntaxError(f"kernel `{self.name}` has no `for ... in kd.tile(...)` loop",
-                                    loc, "wrap the device code in `for tile in kd.tile(size):`")
+                                    loc or user_loc(),  # no loop to point at: the call, then
+                                    "wrap the device code in `for tile in kd.tile(size):`")
         outs = returned if isinstance(returned, (tuple, list)) else (returned,)
         returns: list[TensorParam] = []
         for o in outs:
@@ -185,7 +187,8 @@ class Tracer:
                                         f"store into it inside the grid loop: `{p.name}[tile] = ...`")
             returns.append(p)
         _eliminate_dead_code(self.body)
-        return KernelIR(self.name, self.params, self.grid, self.body, self.block_syms,
+        # the IR's name names generated functions and files: an ASCII identifier (names.py)
+        return KernelIR(identifier(self.name), self.params, self.grid, self.body, self.block_syms,
                         self.tiles, returns, self.grid[0].loc)
 
 

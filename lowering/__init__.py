@@ -27,8 +27,9 @@ class Generated:
 
 class Backend(Protocol):
     """A code generator from the IR. Optional: `check` (compile for real targets),
-    `estimate_vmem`, and `resolve_target(target) -> target` (a generic device name such as
-    "tpu" to the attached generation's)."""
+    `estimate_vmem`, `resolve_target(target) -> target` (a generic device name such as
+    "tpu" to the attached generation's), and `render_targets` (every target name `render`
+    takes; default: `cpu_target`, `targets`, and "tpu" with `resolve_target`)."""
 
     name: str
     cpu_target: str  # the target whose kernels run on this machine's CPU
@@ -56,9 +57,15 @@ def unregister(name: str) -> None:
 
 
 def get(name: str) -> Backend:
-    if name not in _BACKENDS:
-        raise BackendError(f"unknown backend {name!r}", None,
-                           f"available backends: {', '.join(sorted(_BACKENDS))}")
+    if not isinstance(name, str) or name not in _BACKENDS:
+        import difflib
+
+        from kernel_dsl.tracing import user_loc  # the tracer imports the backends' IR users
+
+        close = difflib.get_close_matches(name, list(_BACKENDS), n=1) if isinstance(name, str) else []
+        raise BackendError(f"unknown backend {name!r}", user_loc(),
+                           (f"did you mean {close[0]!r}? " if close else "")
+                           + f"available backends: {', '.join(sorted(_BACKENDS))}")
     return _BACKENDS[name]
 
 

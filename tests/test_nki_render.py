@@ -17,7 +17,7 @@ from dsl_kernels import add_where, attention, layer_norm, matmul, softmax_rows, 
 import kernel_dsl as kd
 from kernel_dsl import lowering
 from kernel_dsl.cli import main as kdsl
-from kernel_dsl.errors import BackendError, ConfigError, UnsupportedOpError
+from kernel_dsl.errors import ArgumentError, BackendError, ConfigError, UnsupportedOpError
 from kernel_dsl.lowering.nki import render as nki_render
 from kernel_dsl.lowering.nki.runner import compile_for_torch
 from kernel_dsl.lowering.nki.space import candidates, roles
@@ -159,7 +159,7 @@ def test_unknown_knobs_are_rejected_with_a_hint() -> None:
 
 
 def test_targets_are_trainium_generations() -> None:
-    with pytest.raises(ConfigError, match="not a Trainium target") as info:
+    with pytest.raises(ArgumentError, match="unknown target 'tpu-v5e' for the nki backend") as info:
         matmul.source(*_args("matmul"), backend="nki", target="tpu-v5e")
     assert "trn1, trn2, trn3" in (info.value.hint or "")
 

@@ -36,6 +36,8 @@ def dim_pool(spec: Any) -> list[int]:
     it), and the largest prime <= hi, all within [lo, hi]. A list: exactly those sizes. An int:
     that size."""
     if isinstance(spec, int) and not isinstance(spec, bool):
+        if spec < 1:
+            raise ValueError(f"dim size {spec} must be a positive int")
         return [spec]
     if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(v, int) for v in spec):
         lo, hi = spec
@@ -48,7 +50,10 @@ def dim_pool(spec: Any) -> list[int]:
         if top is not None:
             cands.add(top)
         return sorted(c for c in cands if lo <= c <= hi)
-    values = sorted({int(v) for v in spec})
+    if not isinstance(spec, (list, tuple, set, frozenset)) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in spec):
+        raise ValueError(f"dim {spec!r}: use a size (8), a range (lo, hi) or a list of sizes [8, 16]")
+    values = sorted(set(spec))
     if not values or values[0] < 1:
         raise ValueError(f"dim sizes {spec!r} must be positive ints")
     return values

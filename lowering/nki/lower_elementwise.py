@@ -5,6 +5,8 @@ layout-only ops (expand_dims, transpose, broadcast) alias or broadcast tiles.
 Division is `x * reciprocal(y)` (`nl.divide` is not supported on hardware); `exp2(x)` is
 `exp(x * ln 2)`; `-x` is `x * -1`. All engines compute in float32 and round at the destination,
 which is also the IR's semantics for f32 tiles; bf16/f16 tiles round once per op as torch does.
+
+Integer add/sub/mul/neg (and narrowing int casts) wrap around as in torch: see `int_arith`.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import math
 from kernel_dsl.errors import UnsupportedOpError
 from kernel_dsl.ir import Op, Value
 
-from .layout import axis_map, carry
+from .layout import Core, axis_map, carry
 from .names import SHORT
 from .writer import CMP, Operand, Tile, Writer, at
 
@@ -45,10 +47,64 @@ def reciprocal(w: Writer, t: Tile) -> Tile:
     return w.converted[key]
 
 
+# Integer results of these ops wrap around in torch (int8 127 + 1 == -128).
+INT_WRAP = {"i8": (8, True), "u8": (8, False), "i16": (16, True)}  # bits, signed
+
+
+def int32_operand(w: Writer, v: Value, rc: Core, ro: str) -> Tile:
+    """`v` as a full int32 tile of the result's shape (exact: int8/uint8/int16 values fit)."""
+    o = w.operand(v, rc, ro)
+    if o.kind == "scalar":
+        return w.splat(o.expr, rc.phys(ro), "i32")
+    with at(w, v):
+        return w.cast(w.full(v, rc, ro), "i32")
+
+
+def int_arith(w: Writer, r: Value, kind: str, a: Tile, b: Tile) -> None:
+    """`a kind b` on int32 tiles, defining `r` (an integer value) wrapped to its dtype.
+
+    VectorE computes integer arithmetic in float32 and converts to the destination dtype, and
+    the SDK does not say what that conversion does on overflow (our interpreter saturates,
+    as float-to-int conversions commonly do): torch wraps. So the op runs on int32 tiles only,
+    which nisa.tensor_tensor sends to GpSimd's native 32-bit integer ALU ("exact results for
+    all 32-bit integer values", SDK nki.isa.tensor_tensor; its int32 overflow is taken to wrap,
+    two's complement, as torch's does: the SDK does not say), and a narrower result is wrapped
+    explicitly with int32 bit operations before the (then exact, in-range) copy to its dtype."""
+    res = w.new_result(r) if r.dtype == "i32" else None
+    phys = a.phys
+    dst = res.name if res is not None else w.fresh(f"v{r.id}_i32")
+    if res is None:
+        w.alloc(dst, phys, "i32")
+    w.line(f"nisa.tensor_tensor(dst={dst}, data1={a.name}, data2={b.name}, op={ALU[kind]})")
+    if res is None:
+        wrap_int32(w, dst, phys, r.dtype)
+        res = w.new_result(r)
+        w.line(f"nisa.tensor_copy(dst={res.name}, src={dst})")
+    w.define(r, res)
+
+
+def wrap_int32(w: Writer, t: str, phys: tuple[int, int], dtype: str) -> None:
+    """In place: int32 tile `t` modulo 2^bits of `dtype` (signed: ((t + h) & m) - h)."""
+    bits, signed = INT_WRAP[dtype]
+    mask = w.const_tile(f"k{(1 << bits) - 1}", phys, "i32", str((1 << bits) - 1))
+    if not signed:
+        w.line(f"nisa.tensor_tensor(dst={t}, data1={t}, data2={mask}, op=nl.bitwise_and)",
+               comment=f"wrap to {dtype} as torch does")
+        return
+    half = w.const_tile(f"k{1 << (bits - 1)}", phys, "i32", str(1 << (bits - 1)))
+    w.line(f"nisa.tensor_tensor(dst={t}, data1={t}, data2={half}, op=nl.add)",
+           comment=f"wrap to {dtype} as torch does")
+    w.line(f"nisa.tensor_tensor(dst={t}, data1={t}, data2={mask}, op=nl.bitwise_and)")
+    w.line(f"nisa.tensor_tensor(dst={t}, data1={t}, data2={half}, op=nl.subtract)")
+
+
 def binary(w: Writer, op: Op) -> None:
     r = op.result
     rc, ro = w.core(r), w.orient[r.id]
     a_v, b_v = op.operands
+    if op.kind in ("add", "sub", "mul") and r.dtype in ("i32", *INT_WRAP):
+        a, b = int32_operand(w, a_v, rc, ro), int32_operand(w, b_v, rc, ro)
+        return int_arith(w, r, op.kind, a, b)
     with at(w, a_v):
         a = w.operand(a_v, rc, ro)
     with at(w, b_v):
@@ -94,6 +150,12 @@ def unary(w: Writer, op: Op) -> None:
                                  "[-pi, pi] and the kernel's inputs are not range-reduced", op.loc,
                                  "use another backend for this kernel, or rewrite it with sin on a "
                                  "known range")
+    if k == "neg" and r.dtype in ("i32", *INT_WRAP):  # 0 - x, wrapping (-(-128) == -128)
+        rc = w.core(r)
+        zero = w.splat("0", rc.phys(ro), "i32")
+        with at(w, x):
+            x32 = w.cast(src, "i32")
+        return int_arith(w, r, "sub", zero, x32)
     res = w.new_result(r)
     if k in ACTIVATION:
         w.line(f"nisa.activation(dst={res.name}, op={ACTIVATION[k]}, data={src.name})")
@@ -124,6 +186,12 @@ def cast(w: Writer, op: Op) -> None:
         w.alias(r, x, ro, ro)
         return
     res = w.new_result(r)
+    if r.dtype in INT_WRAP and src.dtype in ("i32", "i16", "i8", "u8"):  # torch wraps: 300 -> 44
+        x32 = w.fresh(f"{src.name}_wrap")
+        w.alloc(x32, src.phys, "i32")
+        w.line(f"nisa.tensor_copy(dst={x32}, src={src.name})")
+        wrap_int32(w, x32, src.phys, r.dtype)
+        src = Tile(x32, src.phys, "i32")
     w.line(f"nisa.tensor_copy(dst={res.name}, src={src.name})")
     w.define(r, res)
 

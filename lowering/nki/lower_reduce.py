@@ -19,6 +19,10 @@ from .layout import orient_with
 from .names import lit
 from .writer import CMP, Writer, at
 
+# max/min propagate NaN as torch's do, with no fix-up: the SDK documents nl.maximum/nl.max as
+# "similar to numpy.maximum/numpy.max" (NaN-propagating), AWS's simulator computes them with
+# NumPy, and nothing in the SDK says VectorE drops NaN. Unverified on hardware: if it does, this
+# (and ALU's max/min) is the place for an explicit `x != x` check.
 REDUCE = {"sum": "nl.add", "max": "nl.maximum", "min": "nl.minimum"}
 
 

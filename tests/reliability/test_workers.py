@@ -95,3 +95,21 @@ def test_checking_and_tuning_leave_no_temporary_files(tmp_path: object) -> None:
     mine = [f for f in after - before if f.rsplit(".", 1)[-1].isdigit()]
     assert not mine, f"libtpu logs left behind: {mine[:3]}"
     assert out.stdout.count("Config(") == 2, out.stdout  # both runs found a winner
+
+
+def test_candidate_workers_do_not_import_from_the_callers_directory(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `json.py` in the working directory must not run inside a candidate worker (as the
+    compile workers' test in test_tpu_check.py, for the CPU evaluator's workers)."""
+    import torch
+    from dsl_kernels import add_where
+
+    marker = os.path.join(str(tmp_path), "imported")
+    with open(os.path.join(str(tmp_path), "json.py"), "w") as f:
+        f.write(f"open({marker!r}, 'w').close()\nraise SystemExit('planted json.py was imported')\n")
+    monkeypatch.chdir(str(tmp_path))
+    monkeypatch.setenv("KD_CACHE_DIR", os.path.join(str(tmp_path), "cache"))
+    x = torch.randn(8, 128)
+    res = add_where.autotune(x, x, target="cpu", budget=30, use_cache=False)
+    assert not os.path.exists(marker), "the candidate worker imported json.py from the caller's cwd"
+    assert res.best is not None, res.table()
