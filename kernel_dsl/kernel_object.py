@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import dtypes, guards, lowering
+from . import amp, dtypes, guards, lowering
 from .arg_check import (
     autotune_target,
     check_config,
@@ -118,7 +118,8 @@ class Kernel:
     """A traced, specialized, compiled and cached tile kernel; callable like a torch function."""
 
     def __init__(self, fn: Callable[..., Any], *, config: Config | None = None,
-                 configs: list[Config] | None = None, backend: str | None = None):
+                 configs: list[Config] | None = None, backend: str | None = None,
+                 autocast: str | None = None):
         if not callable(fn):
             raise ArgumentError(f"kd.tpu_kernel decorates a function, got {type(fn).__name__}",
                                 user_loc(), "put @kd.tpu_kernel on a `def` whose body has a "
@@ -139,6 +140,7 @@ class Kernel:
         self.config = config if config is not None else (configs[0] if configs else None)
         self.configs_given = list(configs or [])
         self.default_backend = backend
+        self.autocast = amp.check_policy(autocast)  # torch's cast policy under torch.autocast
         self.stats = {"traces": 0, "renders": 0, "compiles": 0}
         self._irs: dict[tuple[Any, ...], KernelIR] = {}
         self._compiled: dict[tuple[Any, ...], Callable[..., tuple[torch.Tensor, ...]]] = {}
@@ -149,7 +151,8 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != len(self.params):
             args = self._bind(args, kwargs)
-        if not torch.compiler.is_compiling() and self._plain_cpu_call(args):
+        if not torch.compiler.is_compiling() and self._plain_cpu_call(args) and not (
+                self.autocast and torch.is_autocast_enabled("cpu")):  # the op casts
             # the op's own body, minus the dispatcher: nothing here needs autograd, fake
             # tensors or functorch, and the dispatcher costs more than the kernel launch
             outs = self.run_cpu(self.backend_name(), args)
@@ -166,6 +169,15 @@ class Kernel:
             if not isinstance(a, (torch.Tensor, *_SCALARS)):
                 return False  # a list, None, ...: the router checks the call and says which
         return not torch._C._are_functorch_transforms_active()
+
+    def register_autograd(self, backward: Callable[..., Any], *,
+                          setup_context: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """torch.library's `register_autograd` for this kernel: `setup_context(ctx, inputs,
+        output)` sees the output as a call returns it (a tensor, or a tuple); `backward(ctx,
+        *grads)` gets one gradient per output and returns one per input (None for scalars). The
+        backward may call kernels. Returns `backward`, so `@kernel.register_autograd` works."""
+        self._ops.register_autograd(backward, setup_context)
+        return backward
 
     def backend_name(self) -> str:
         if _backend_stack:
@@ -391,11 +403,17 @@ class Kernel:
 
 
 def tpu_kernel(fn: Callable[..., Any] | None = None, *, config: Config | None = None,
-               configs: list[Config] | None = None, backend: str | None = None) -> Any:
-    """Decorator: `@kd.tpu_kernel` or `@kd.tpu_kernel(config=kd.Config(...))`."""
+               configs: list[Config] | None = None, backend: str | None = None,
+               autocast: str | None = None) -> Any:
+    """Decorator: `@kd.tpu_kernel` or `@kd.tpu_kernel(config=kd.Config(...))`.
+
+    autocast: what the kernel does inside `torch.autocast`, named as torch's cast policies:
+    "lower_precision_fp" (floating inputs cast to the autocast dtype, like torch.mm) or "fp32"
+    (cast to float32, like layer_norm on CUDA); None (default): inputs as given."""
     if fn is None:
-        return lambda f: Kernel(f, config=config, configs=configs, backend=backend)
-    return Kernel(fn, config=config, configs=configs, backend=backend)
+        return lambda f: Kernel(f, config=config, configs=configs, backend=backend,
+                                autocast=autocast)
+    return Kernel(fn, config=config, configs=configs, backend=backend, autocast=autocast)
 
 
 kernel = tpu_kernel

@@ -21,10 +21,12 @@ from typing import Any, Callable
 
 import torch
 
+from . import amp
 from .errors import ArgumentError
 from .names import identifier
 from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
+from .user_autograd import autograd_fns
 
 _SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool"}
 # The kernel library's own ops (kernels/*.py) share the namespace: a user kernel of one of these
@@ -58,12 +60,33 @@ class KernelOps:
         if self.first_tensor is None:
             raise ArgumentError(f"kernel `{kernel.name}` has no tensor parameter", user_loc(),
                                 "annotate tensor parameters with `torch.Tensor`")
-        self.op = self._portable_op()
+        self.autograd = autograd_fns(kernel, None, None)  # until the user registers one
+        self.op = self._dressed(self._portable_op())
         self.tpu: Any = None
         self.cuda: Any = None
         self.neuron: Any = None
         if torch_tpu_loaded():  # made now: a first call inside torch.compile cannot make it
             self.tpu_op()
+
+    def register_autograd(self, backward: Callable[..., Any],
+                          setup_context: Callable[..., Any] | None) -> None:
+        self.autograd = autograd_fns(self.kernel, backward, setup_context)
+        for op in (self.op, self.tpu, self.cuda, self.neuron):
+            if op is not None:
+                self._add_autograd(op)
+
+    def _add_autograd(self, op: Any) -> None:
+        if hasattr(op, "register_autograd"):  # a CustomOpDef (custom_op, jax_op, triton_op)
+            backward, setup_context = self.autograd
+            op.register_autograd(backward, setup_context=setup_context)
+
+    def _dressed(self, op: Any) -> Any:
+        """The kernel's autograd and autocast rules on one of its ops: the device ops run in
+        place of the portable one under torch.compile, so they need the same rules."""
+        self._add_autograd(op)
+        if self.kernel.autocast is not None and hasattr(op, "_qualname"):
+            amp.register(op._qualname, self.kernel.autocast)
+        return op
 
     def fake(self, *args: Any) -> list[torch.Tensor]:
         return self.kernel.shapes_only(args)
@@ -117,21 +140,21 @@ class KernelOps:
 
     def tpu_op(self) -> Any:
         if self.tpu is None:
-            self.tpu = make_tpu_op(self)  # imports TorchTPU and JAX: only on first use
+            self.tpu = self._dressed(make_tpu_op(self))  # imports TorchTPU, JAX: on first use
         return self.tpu
 
     def neuron_op(self) -> Any:
         if self.neuron is None:
             from .lowering.nki.neuron import make_neuron_op  # TorchNeuron hosts only
 
-            self.neuron = make_neuron_op(self)
+            self.neuron = self._dressed(make_neuron_op(self))
         return self.neuron
 
     def cuda_op(self) -> Any:
         if self.cuda is None:
             from .lowering.triton.cuda import make_cuda_op  # imports triton: GPU hosts only
 
-            self.cuda = make_cuda_op(self)
+            self.cuda = self._dressed(make_cuda_op(self))
         return self.cuda
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from kernel_dsl import amp
+
 from .attention_bwd import flash_attention_bwd_delta, flash_attention_bwd_dkv, flash_attention_bwd_dq
 from .attention_fwd import flash_attention_fwd
 from .base import check_float
@@ -46,8 +48,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if t.dim() != 4:
             raise ValueError(f"flash_attention: {name} has shape {list(t.shape)}; the layout is "
                              "[batch, heads, seq, head_dim]")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"flash_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    amp.check_same_dtype("flash_attention", q=q, k=k, v=v)
     b, h, _, d = q.shape
     if k.shape[0] != b or v.shape[0] != b or k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
         raise ValueError(f"flash_attention: shapes q {list(q.shape)}, k {list(k.shape)}, "
@@ -134,6 +135,8 @@ def _backward(ctx: Any, dout: torch.Tensor, _dlse: Any) -> tuple[Any, ...]:
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
+# as scaled_dot_product_attention, CPU and CUDA: q, k, v in the autocast dtype; lse stays f32
+amp.register("kernel_dsl::flash_attention", "lower_precision_fp")
 
 
 # -- public API ------------------------------------------------------------------------------------
@@ -143,7 +146,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
 
     q: [B, H, Sq, D]; k: [B, Hkv, Skv, D]; v: [B, Hkv, Skv, Dv]; H a multiple of Hkv (grouped
     and multi-query attention: query head h uses key/value head h // (H // Hkv)). float32,
-    bfloat16 or float16 (all three the same); any Sq, Skv >= 1; any head dim (64, 80, 96, 128,
+    bfloat16 or float16 (all three the same, except under `torch.autocast`, where they run in
+    the autocast dtype as in scaled_dot_product_attention); any Sq, Skv >= 1; any head dim (64, 80, 96, 128,
     256 tested). Returns out [B, H, Sq, Dv] in q's dtype, and with `return_lse=True` also the
     log-sum-exp of the scaled logits per row, [B, H, Sq] float32 (-inf for a row that sees no key;
     not differentiable).
@@ -173,7 +177,8 @@ def _fallback_reason(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p
         return "query, key and value must be tensors"
     if any(t.dtype not in (torch.float32, torch.bfloat16, torch.float16) for t in ts):
         return f"dtype {query.dtype} is not supported (float32, bfloat16, float16)"
-    if not (query.dtype == key.dtype == value.dtype):
+    if not (query.dtype == key.dtype == value.dtype) \
+            and not torch.is_autocast_enabled(query.device.type):  # autocast casts them
         return "query, key and value dtypes differ"
     if query.dim() < 3 or not (query.dim() == key.dim() == value.dim()):
         return "inputs must have the same rank >= 3"

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 import kernel_dsl as kd
+from kernel_dsl import amp
 
 from .base import check_float, library_kernel
 
@@ -192,6 +193,7 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
+amp.register("kernel_dsl::matmul", "lower_precision_fp")  # as torch.mm/matmul, CPU and CUDA
 
 
 def matmul(x: torch.Tensor, y: torch.Tensor, *, bias: torch.Tensor | None = None,
@@ -201,14 +203,14 @@ def matmul(x: torch.Tensor, y: torch.Tensor, *, bias: torch.Tensor | None = None
     x: [..., M, K]; y: [K, N] (x's batch dims fold into M: the weight is read once per tile) or
     [..., K, N] (batch dims broadcast as in `torch.matmul`). bias: [N] or None. activation:
     None, "relu", "gelu" (exact, erf) or "silu", applied in f32 before the one rounding to
-    `out_dtype` (default: x's dtype). float32, bfloat16 or float16; x and y the same dtype.
+    `out_dtype` (default: x's dtype). float32, bfloat16 or float16; x and y the same dtype,
+    except under `torch.autocast`, where x, y and bias run in the autocast dtype (as torch.mm).
     Differentiable in x, y and bias (the backward recomputes the pre-activation in the same
     kernel that applies the activation's derivative).
     """
     check_float("x", x)
     check_float("y", y)
-    if x.dtype != y.dtype:
-        raise TypeError(f"matmul: x is {x.dtype} and y is {y.dtype}; cast one of them")
+    amp.check_same_dtype("matmul", x=x, y=y)
     if x.dim() < 2 or y.dim() < 2:
         raise ValueError(f"matmul: x {list(x.shape)} and y {list(y.shape)} need at least 2 dims")
     if x.shape[-1] != y.shape[-2]:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 import kernel_dsl as kd
+from kernel_dsl import amp
 
 from .base import check_float, library_kernel
 
@@ -253,6 +254,10 @@ def _ln_backward(ctx: Any, dy: torch.Tensor, _dmean: Any, _drstd: Any) -> tuple[
 
 
 _ln_op.register_autograd(_ln_backward, setup_context=_ln_setup)
+# layer_norm and rms_norm under autocast: float32 on CUDA (autocast's fp32 list), the input's
+# dtype on CPU (in none of CPU autocast's lists), so only CUDA gets a rule
+amp.register("kernel_dsl::rms_norm", "fp32", ("cuda",))
+amp.register("kernel_dsl::layer_norm", "fp32", ("cuda",))
 
 
 def _check(name: str, x: torch.Tensor, params: dict[str, torch.Tensor | None]) -> None:
@@ -277,9 +282,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | N
     """`torch.nn.functional.rms_norm(x, weight.shape, weight, eps)`: x * rsqrt(mean(x^2) + eps)
     * weight over the trailing `weight.shape` dims (the last dim when weight is None). eps
     defaults to `torch.finfo(x.dtype).eps` as in torch. f32 statistics; the output has x's
-    dtype. Differentiable in x and weight."""
+    dtype (float32 under CUDA autocast, as torch's). Differentiable in x and weight."""
     _check("rms_norm", x, {"weight": weight})
-    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    # under CUDA autocast the op runs in f32 (amp.register above), and torch takes f32's eps
+    cast = x.device.type == "cuda" and torch.is_autocast_enabled("cuda")
+    eps = torch.finfo(torch.float32 if cast else x.dtype).eps if eps is None else eps
     return _rms_op(x, weight, float(eps))[0]
 
 
@@ -287,6 +294,6 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     """`torch.nn.functional.layer_norm(x, weight.shape, weight, bias, eps)` over the trailing
     `weight.shape` dims (the last dim when both are None). f32 statistics; the output has x's
-    dtype. Differentiable in x, weight and bias."""
+    dtype (float32 under CUDA autocast, as torch's). Differentiable in x, weight and bias."""
     _check("layer_norm", x, {"weight": weight, "bias": bias})
     return _ln_op(x, weight, bias, float(eps))[0]

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 import kernel_dsl as kd
+from kernel_dsl import amp
 
 from .base import check_float, library_kernel
 
@@ -119,11 +120,14 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
+# torch.softmax under autocast: float32 on CUDA (fp32_set_opt_dtype), the input's dtype on CPU
+# (not in CPU autocast's lists), so only CUDA gets a rule
+amp.register("kernel_dsl::softmax", "fp32", ("cuda",))
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """`torch.softmax(x, dim)` for float32, bfloat16 and float16 (f32 statistics; the output
-    has x's dtype). Any rank and dim; differentiable."""
+    has x's dtype; float32 under CUDA autocast, as torch's). Any rank and dim; differentiable."""
     check_float("x", x)
     if x.dim() == 0 or x.numel() == 0:
         raise ValueError(f"softmax: x has shape {list(x.shape)}; it needs at least one element")
