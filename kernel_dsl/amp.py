@@ -17,6 +17,7 @@ import importlib
 import linecache
 import os
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -41,7 +42,11 @@ def register(qualname: str, policy: str, device_types: tuple[str, ...] = DEVICE_
     _libs.append(lib)
     for device_type in device_types:
         key = "Autocast" + torch._C._dispatch_key_for_device(device_type)
-        lib.impl(name, _autocast_kernel(overload, policy, device_type, key), key, with_keyset=True)
+        with warnings.catch_warnings():
+            # custom_op puts a pass-through kernel at the autocast keys; replacing it is the point
+            warnings.filterwarnings("ignore", "Warning only once for all operators")
+            lib.impl(name, _autocast_kernel(overload, policy, device_type, key), key,
+                     with_keyset=True)
 
 
 def _autocast_kernel(overload: Any, policy: str, device_type: str, key: str) -> Any:
