@@ -25,7 +25,8 @@ def pack(tensors: list[torch.Tensor]) -> tuple[list[tuple[list[int], str]], byte
     """(shape, dtype name) per tensor, and their bytes back to back."""
     specs, chunks = [], []
     for t in tensors:
-        t = t.detach().contiguous()
+        # a copy: `.numpy()` marks a storage non-resizable for good (FSDP2 frees its storages)
+        t = t.detach().clone(memory_format=torch.contiguous_format)
         specs.append((list(t.shape), str(t.dtype).removeprefix("torch.")))
         chunks.append(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return specs, b"".join(chunks)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from . import amp
+from .batching import per_element
 from .errors import ArgumentError
 from .names import identifier
 from .tpu_adapter import make_tpu_op, torch_tpu_loaded
@@ -81,9 +82,11 @@ class KernelOps:
             op.register_autograd(backward, setup_context=setup_context)
 
     def _dressed(self, op: Any) -> Any:
-        """The kernel's autograd and autocast rules on one of its ops: the device ops run in
+        """The kernel's autograd, vmap and autocast rules on one of its ops: the device ops run in
         place of the portable one under torch.compile, so they need the same rules."""
         self._add_autograd(op)
+        if hasattr(op, "register_vmap"):
+            op.register_vmap(per_element(self.kernel.name, op))
         if self.kernel.autocast is not None and hasattr(op, "_qualname"):
             amp.register(op._qualname, self.kernel.autocast)
         return op

@@ -26,11 +26,19 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+import torch
+
 from . import attention_bwd, attention_fwd, norms
 from .attention import FallbackWarning, flash_attention, scaled_dot_product_attention
 from .matmul import matmul
 from .norms import layer_norm, rms_norm
 from .softmax import softmax
+
+# isort: split
+from . import batching  # noqa: F401  (vmap rules: after every op above exists)
+
+if torch.distributed.is_available():
+    from . import sharding  # noqa: F401  (DTensor inputs run shard-local)
 
 matmul_mod = importlib.import_module(".matmul", __name__)  # `matmul` is the function here
 softmax_mod = importlib.import_module(".softmax", __name__)

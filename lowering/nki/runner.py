@@ -16,7 +16,6 @@ import os
 import types
 from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 import torch
 
@@ -25,6 +24,7 @@ from kernel_dsl.errors import BackendError
 from kernel_dsl.ir import KernelIR
 
 from .. import Generated
+from ..numpy_views import numpy_view
 from .interp import ENV_TARGET, namespace
 
 ENGINES = ("auto", "interp", "nki")
@@ -107,9 +107,7 @@ def simulate(kernel: Any, arrays: list[np.ndarray], target: str, engine: str = "
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    return numpy_view(t)  # not t.numpy(): that leaves the storage non-resizable
 
 
 def to_torch(a: Any, dtype: torch.dtype) -> torch.Tensor:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 
 from .. import Generated
+from ..numpy_views import numpy_view
 
 _counter = 0
 
@@ -28,8 +29,9 @@ def _quiet_jax_on_cpu_hosts() -> None:
 _quiet_jax_on_cpu_hosts()
 import jax  # noqa: E402
 import jax.dlpack  # noqa: E402
-import ml_dtypes  # noqa: E402
 from jax.experimental.pallas import tpu as pltpu  # noqa: E402
+
+from . import jax_cache  # noqa: E402  (imports JAX: after the CPU-host setup above)
 
 
 def load_module(gen: Generated) -> types.ModuleType:
@@ -45,10 +47,9 @@ def load_module(gen: Generated) -> types.ModuleType:
 
 def to_numpy(t: torch.Tensor) -> Any:
     """A zero-copy NumPy view of a CPU tensor. A jitted function takes NumPy arguments in its
-    C++ fast path (~1 us each), where DLPack or jnp.asarray cost 12-20 us per array."""
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    C++ fast path (~1 us each), where DLPack or jnp.asarray cost 12-20 us per array. Not
+    `t.numpy()`, which would leave the input's storage non-resizable (numpy_views.py)."""
+    return numpy_view(t)
 
 
 def faithful_params() -> Any:
@@ -59,6 +60,7 @@ def faithful_params() -> Any:
 
 def jax_function(gen: Generated, interpret: Any = True) -> Callable[..., Any]:
     """The kernel as a jitted JAX function of JAX arrays (what `kernel.jax` exposes)."""
+    jax_cache.enable()  # a fresh process reuses what an earlier one compiled
     fn = getattr(load_module(gen), gen.entry)
     return jax.jit(lambda *args: fn(*args, interpret=interpret))
 

@@ -13,9 +13,10 @@ import inspect
 import textwrap
 from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 import torch
+
+from kernel_dsl.lowering.numpy_views import numpy_view
 
 from .errors import NkiError
 from .language import NKIObject
@@ -101,10 +102,8 @@ def _is_torch(a: Any) -> bool:
 def _to_numpy(a: Any) -> Any:
     """torch tensors cross as NumPy arrays (bfloat16 as ml_dtypes.bfloat16)."""
     if _is_torch(a):
-        t = a.detach().cpu().contiguous()
-        if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        return t.numpy()
+        # not `.numpy()`: it would leave the caller's storage non-resizable for good
+        return numpy_view(a.detach().cpu().contiguous())
     return a
 
 
