@@ -191,12 +191,48 @@ def section_shipped(data: Any) -> list[str]:
     return out + [""]
 
 
+def section_fresh_process() -> list[str]:
+    data = _load("fresh_process.json")
+    if data is None:
+        return []
+    out = ["### A second fresh process", "",
+           "Command: `python benchmarks/fresh_process.py --json benchmarks/results/"
+           "fresh_process.json`. New Python processes, each calling matmul, causal flash "
+           "attention and RMS norm forward and backward once (Pallas CPU path); run 1 starts "
+           "from an empty cache directory, later runs reuse JAX's persistent compilation cache "
+           "that run 1 left there. What a warm start still pays is Python: importing JAX, "
+           "torch's first custom-op dispatch, tracing and Pallas' lowering to HLO. "
+           f"Machine: {data['machine']}.", "",
+           "| run | cache | import s | first calls s |", "|---|---|---|---|"]
+    out += [f"| {r['run']} | {r['cache']} | {r['import_s']} | {r['first_calls_s']} |"
+            for r in data["runs"]]
+    return out + ["", f"Warm first calls are {data['speedup']}x faster than cold ones.", ""]
+
+
 def section_autotune() -> list[str]:
     out = ["## 4. Autotuning", ""]
     for name, title in (("autotune_strategies.md", "Search strategy efficiency"),
                         ("vmem_estimate.md", "VMEM estimate vs the compiler")):
         text = _md(name)
         out += [f"### {title}", "", text if text else f"(benchmarks/{name} not generated yet)", ""]
+    budget = _load("autotune_budget.json")
+    if budget:
+        out += ["### Budgets hold with a hanging candidate", "",
+                "Command: `python benchmarks/autotune_budget.py --json "
+                "benchmarks/results/autotune_budget.json`. `add_where`, a fresh cache per run, "
+                "one planted candidate that never finishes: on the CPU evaluator its kernel "
+                "sleeps inside the candidate worker; on the TPU-model evaluator every compile of "
+                "the model's top-ranked configs hangs in the libtpu worker. The contract: wall "
+                "time at most budget + one candidate timeout; a hung candidate never wins. "
+                f"Machine: {budget['machine']}.", "",
+                "| evaluator | target | budget s | timeout s | wall s | bound s | evaluated | "
+                "skipped | best |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in budget["runs"]:
+            skipped = ", ".join(f"{n} {k}" for k, n in sorted(r["failures"].items()))
+            out.append(f"| {r['evaluator']} | {r['target']} | {r['budget_s']} | {r['timeout_s']} | "
+                       f"{r['wall_s']} | {r['bound_s']} | {r['evaluated']} | {skipped} | "
+                       f"{r['best']} |")
+        out.append("")
     off = _load("offline_tpu.json")
     if off:
         out += ["Tuning wall time per kernel and target: the `tuning s` column of section 3 "
@@ -246,6 +282,7 @@ def main() -> None:
         "",
         *section_overhead(_load("overhead.json")),
         *section_first_call(_load("first_call.json")),
+        *section_fresh_process(),
         *section_offline(_load("offline_tpu.json")),
         *section_autotune(),
         *section_gpu(),
