@@ -76,6 +76,26 @@ def overhead(repeats: int, calls: int) -> dict[str, Any]:
     return out
 
 
+def library(repeats: int, calls: int) -> dict[str, Any]:
+    """The library matmul (64x96 @ 96x80 f32, Pallas CPU path) against the DSL kernel it
+    launches, called directly with the same (3-D) views: plain eager calls skip the dispatcher
+    (kernels/base.py `call`); the op itself is timed too (autograd, compile and vmap take it)."""
+    import importlib
+
+    mm = importlib.import_module("kernel_dsl.kernels.matmul")
+    x, w = torch.randn(64, 96), torch.randn(96, 80)
+    d = mm._dummy(x.device)
+    x3, w3 = x.reshape(1, 64, 96), w.reshape(1, 96, 80)
+    fns = {"library_call": lambda: kd.kernels.matmul(x, w),
+           "library_op": lambda: torch.ops.kernel_dsl.matmul(x, w, None, "none", None),
+           "raw_kernel": lambda: mm.matmul_kernel(x3, w3, d, d, 0, False, False, False, False, 0)}
+    rows = {k: [median_us(f, calls) for _ in range(repeats)] for k, f in fns.items()}
+    out: dict[str, Any] = {k + "_us": _stats(v) for k, v in rows.items()}
+    out["call_over_kernel"] = round(statistics.median(rows["library_call"]) /
+                                    statistics.median(rows["raw_kernel"]), 2)
+    return out
+
+
 def _stats(v: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(v), 2), "min": round(min(v), 2),
             "max": round(max(v), 2)}
@@ -92,12 +112,20 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
                    f"torch {torch.__version__}, jax {__import__('jax').__version__}",
         "overhead": overhead(ns.repeats, ns.calls),
+        "library": library(ns.repeats, ns.calls),
     }
+    pallas = res["overhead"]["backends"]["pallas"]
+    res["op_over_fast_path"] = round(pallas["op_us"]["median"] / pallas["kernel_us"]["median"], 2)
     print(f"machine: {res['machine']}")
     print("eager call, (64,128) f32 add_where, median over calls [min-max over repeats] (us):")
     for backend, o in res["overhead"]["backends"].items():
         for key, st in o.items():
             print(f"  {backend:<7} {key:<26} {st['median']:10.1f}  [{st['min']:.1f} - {st['max']:.1f}]")
+    for key, st in res["library"].items():
+        if isinstance(st, dict):
+            print(f"  library {key:<26} {st['median']:10.1f}  [{st['min']:.1f} - {st['max']:.1f}]")
+    print(f"ratios: library call / its kernel {res['library']['call_over_kernel']}x; user kernel "
+          f"through torch.ops / its fast path {res['op_over_fast_path']}x")
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(res, f, indent=2)

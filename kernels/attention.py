@@ -21,7 +21,7 @@ from kernel_dsl import amp
 
 from .attention_bwd import flash_attention_bwd_delta, flash_attention_bwd_dkv, flash_attention_bwd_dq
 from .attention_fwd import flash_attention_fwd
-from .base import check_float
+from .base import call, check_float, library_op
 
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
@@ -77,7 +77,7 @@ def _fold(t: torch.Tensor, hkv: int) -> torch.Tensor:
 
 
 # -- the ops ---------------------------------------------------------------------------------------
-@torch.library.custom_op("kernel_dsl::flash_attention", mutates_args=())
+@library_op("kernel_dsl::flash_attention")
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             causal_offset: int) -> tuple[torch.Tensor, torch.Tensor]:
     b, h, sq, _ = q.shape
@@ -162,7 +162,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     _check(q, k, v)
     flag, offset = _causal_offset(causal, q.shape[2], k.shape[2])
     scale = float(sm_scale) if sm_scale is not None else q.shape[3] ** -0.5
-    out, lse = _fwd_op(q, k, v, flag, scale, offset)
+    out, lse = call(_fwd_op, q, k, v, flag, scale, offset)
     return (out, lse) if return_lse else out
 
 

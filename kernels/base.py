@@ -17,6 +17,7 @@ import torch
 
 from kernel_dsl.autotune.tuner import tuned_config
 from kernel_dsl.config import Config
+from kernel_dsl.fast_path import plain_cpu
 from kernel_dsl.ir import KernelIR
 from kernel_dsl.kernel_object import Kernel
 from kernel_dsl.lowering.pallas.targets import tpu_target
@@ -47,6 +48,21 @@ class LibraryKernel(Kernel):
 def library_kernel(fn: Callable[..., Any]) -> LibraryKernel:
     """Decorator for the library's DSL kernels (`@kd.tpu_kernel` with shipped configs)."""
     return LibraryKernel(fn)
+
+
+def library_op(name: str) -> Callable[[Callable[..., Any]], Any]:
+    """`torch.library.custom_op(name, mutates_args=())` that keeps the body at hand for `call`."""
+    def wrap(fn: Callable[..., Any]) -> Any:
+        op = torch.library.custom_op(name, fn, mutates_args=())
+        op.body = fn  # type: ignore[attr-defined]
+        return op
+    return wrap
+
+
+def call(op: Any, *args: Any) -> Any:
+    """`op(*args)`; a plain eager CPU call runs the op's body without the dispatcher, which
+    costs more than a small kernel (kernel_dsl/fast_path.py says when that is safe)."""
+    return op.body(*args) if plain_cpu(args) else op(*args)
 
 
 def check_float(name: str, t: torch.Tensor) -> None:

@@ -18,7 +18,7 @@ import torch
 import kernel_dsl as kd
 from kernel_dsl import amp
 
-from .base import check_float, library_kernel
+from .base import call, check_float, library_kernel, library_op
 
 F32 = torch.float32
 ACTIVATIONS = (None, "relu", "gelu", "silu")
@@ -128,7 +128,7 @@ def _out_code(out_dtype: torch.dtype | None) -> int:
     return _OUT[out_dtype]
 
 
-@torch.library.custom_op("kernel_dsl::matmul", mutates_args=())
+@library_op("kernel_dsl::matmul")
 def _fwd_op(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, activation: str,
             out_dtype: torch.dtype | None) -> torch.Tensor:
     x3, y3, _ = _as_3d(x, y)
@@ -224,4 +224,4 @@ def matmul(x: torch.Tensor, y: torch.Tensor, *, bias: torch.Tensor | None = None
     if min(x.shape) == 0 or min(y.shape) == 0:
         raise ValueError("matmul: empty tensors are not supported")
     _out_code(out_dtype)
-    return _fwd_op(x, y, bias, activation or "none", out_dtype)
+    return call(_fwd_op, x, y, bias, activation or "none", out_dtype)

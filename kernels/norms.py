@@ -18,7 +18,7 @@ import torch
 import kernel_dsl as kd
 from kernel_dsl import amp
 
-from .base import check_float, library_kernel
+from .base import call, check_float, library_kernel, library_op
 
 F32 = torch.float32
 
@@ -146,7 +146,7 @@ def _stat_shape(x: torch.Tensor, w: torch.Tensor | None) -> list[Any]:
     return [*x.shape[:x.dim() - nd], *([1] * nd)]
 
 
-@torch.library.custom_op("kernel_dsl::rms_norm", mutates_args=())
+@library_op("kernel_dsl::rms_norm")
 def _rms_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float
             ) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = x.reshape(-1, _n(x, weight))
@@ -193,7 +193,7 @@ def _rms_backward(ctx: Any, dy: torch.Tensor, _drstd: Any) -> tuple[Any, ...]:
 _rms_op.register_autograd(_rms_backward, setup_context=_rms_setup)
 
 
-@torch.library.custom_op("kernel_dsl::layer_norm", mutates_args=())
+@library_op("kernel_dsl::layer_norm")
 def _ln_op(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     shape_src = weight if weight is not None else bias
@@ -287,7 +287,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | N
     # under CUDA autocast the op runs in f32 (amp.register above), and torch takes f32's eps
     cast = x.device.type == "cuda" and torch.is_autocast_enabled("cuda")
     eps = torch.finfo(torch.float32 if cast else x.dtype).eps if eps is None else eps
-    return _rms_op(x, weight, float(eps))[0]
+    return call(_rms_op, x, weight, float(eps))[0]
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
@@ -296,4 +296,4 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
     `weight.shape` dims (the last dim when both are None). f32 statistics; the output has x's
     dtype (float32 under CUDA autocast, as torch's). Differentiable in x, weight and bias."""
     _check("layer_norm", x, {"weight": weight, "bias": bias})
-    return _ln_op(x, weight, bias, float(eps))[0]
+    return call(_ln_op, x, weight, bias, float(eps))[0]

@@ -15,7 +15,7 @@ import torch
 import kernel_dsl as kd
 from kernel_dsl import amp
 
-from .base import check_float, library_kernel
+from .base import call, check_float, library_kernel, library_op
 
 F32 = torch.float32
 RESIDENT_MAX = 16384  # longest row kept whole in VMEM (x + out, double-buffered, 8+ rows)
@@ -85,7 +85,7 @@ def _unrows(r: torch.Tensor, like: torch.Tensor, dim: int) -> torch.Tensor:
     return r.reshape(moved).movedim(-1, dim).contiguous()
 
 
-@torch.library.custom_op("kernel_dsl::softmax", mutates_args=())
+@library_op("kernel_dsl::softmax")
 def _fwd_op(x: torch.Tensor, dim: int) -> torch.Tensor:
     r = _rows(x, dim)
     kernel = softmax_fwd if r.shape[1] <= RESIDENT_MAX else softmax_fwd_streamed
@@ -133,4 +133,4 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         raise ValueError(f"softmax: x has shape {list(x.shape)}; it needs at least one element")
     if not -x.dim() <= dim < x.dim():
         raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor")
-    return _fwd_op(x, dim % x.dim())
+    return call(_fwd_op, x, dim % x.dim())
