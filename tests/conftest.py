@@ -7,6 +7,13 @@ import sys
 import pytest
 import torch
 
+# `python -m pytest` from the checkout puts its root on sys.path, where the folders `kernels/`,
+# `lowering/` and `autotune/` (installed as kernel_dsl.kernels, ...) would import a second time
+# under their bare names: transformers probes for Hugging Face's `kernels` package by importing
+# `kernels`, which re-registered every library op from a duplicate module. Tests see only the
+# installed package.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
 sys.path.insert(0, os.path.dirname(__file__))
 
 

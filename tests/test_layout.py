@@ -127,3 +127,14 @@ def test_no_module_level_import_cycles() -> None:
 def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_checkout_root_is_not_on_sys_path_so_no_folder_imports_twice() -> None:
+    """A test that imports transformers must not import this checkout's `kernels/` folder as
+    Hugging Face's `kernels` package (see conftest.py)."""
+    import importlib.util
+    import sys
+
+    assert importlib.util.find_spec("kernels") is None or \
+        not (importlib.util.find_spec("kernels").origin or "").startswith(ROOT + os.sep)
+    assert not any(m == "kernels" or m.startswith("kernels.") for m in sys.modules)
