@@ -169,8 +169,11 @@ def test_good_input_still_works() -> None:
 
 
 def _kdsl(*argv: str) -> subprocess.CompletedProcess[str]:
+    # other packages' import-time warnings (torch_tpu's tcmalloc notice, where TorchTPU
+    # autoloads) are not the CLI's output: the assertions below are about every line of it
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "kernel_dsl", *argv], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+                          text=True, timeout=300, cwd=ROOT, env=env)
 
 
 def test_subprocess_exit_status_and_no_traceback() -> None:
