@@ -22,9 +22,9 @@ import torch
 from kernel_dsl.dtypes import IR_TO_TORCH
 from kernel_dsl.errors import BackendError
 from kernel_dsl.ir import KernelIR
+from kernel_dsl.lowering.numpy_views import numpy_view
 
 from .. import Generated
-from ..numpy_views import numpy_view
 from .interp import ENV_TARGET, namespace
 
 ENGINES = ("auto", "interp", "nki")

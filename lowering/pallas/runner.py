@@ -9,8 +9,9 @@ from typing import Any, Callable
 
 import torch
 
+from kernel_dsl.lowering.numpy_views import numpy_view
+
 from .. import Generated
-from ..numpy_views import numpy_view
 
 _counter = 0
 
