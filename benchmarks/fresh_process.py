@@ -1,14 +1,14 @@
 """First calls in a fresh process, with an empty cache and then with the one an earlier process
-left (JAX's persistent compilation cache under $KD_CACHE_DIR/jax, lowering/pallas/jax_cache.py).
+left: the exported kernels under $KD_CACHE_DIR/jax_export (lowering/pallas/export_cache.py) and
+JAX's persistent compilation cache under $KD_CACHE_DIR/jax (lowering/pallas/jax_cache.py).
 
     python benchmarks/fresh_process.py [--runs 3] [--json benchmarks/results/fresh_process.json]
 
 Each run is a new Python process that imports torch and kernel_dsl (timed apart), then calls
 library ops forward and backward once at small shapes on the Pallas CPU path (matmul, causal
 flash attention, RMS norm): that is the "first calls" time. Run 1 starts from an empty cache
-directory; runs 2.. reuse it. What stays after a warm start is Python work no cache holds:
-importing JAX, torch's first custom-op dispatch (it imports torch._dynamo), kernel_dsl's tracing
-and Pallas' lowering of each kernel to HLO.
+directory; runs 2.. reuse it. What stays after a warm start is work no cache holds: importing
+JAX, kernel_dsl's tracing and rendering, and loading each kernel from the caches.
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+from .buckets import set_shape_buckets, shape_buckets
 from .check import CheckEntry, CheckReport
 from .config import Config, ConfigSpace
 from .errors import (
@@ -35,6 +36,7 @@ __all__ = [
     "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
-    "backend", "block_size", "dot", "full", "interpret_mode", "kernel", "print_ir", "specialize",
-    "tile", "tpu_kernel", "zeros", "__version__",
+    "backend", "block_size", "dot", "full", "interpret_mode", "kernel", "print_ir",
+    "set_shape_buckets", "shape_buckets", "specialize", "tile", "tpu_kernel", "zeros",
+    "__version__",
 ]

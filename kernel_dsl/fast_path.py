@@ -12,13 +12,13 @@ from typing import Any
 import torch
 
 
-def plain_cpu(args: tuple[Any, ...]) -> bool:
+def plain_cpu(args: tuple[Any, ...], autograd: bool = False) -> bool:
     """True when no registration of the op (autograd, fake, vmap, autocast, sharding) would act
-    on a call with these arguments."""
+    on a call with these arguments; with `autograd=True`, none but its autograd."""
     if (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
             or torch.is_autocast_enabled("cpu") or torch._C._len_torch_dispatch_stack()):
         return False
-    grad = torch.is_grad_enabled()
+    grad = torch.is_grad_enabled() and not autograd
     for a in args:
         if isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or a.device.type != "cpu"
                                             or (grad and a.requires_grad)):

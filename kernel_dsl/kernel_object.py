@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import amp, dtypes, guards, lowering
+from . import amp, bucket_plan, buckets, dtypes, guards, lowering
 from .arg_check import (
     autotune_target,
     check_config,
@@ -117,9 +117,11 @@ def _check_decorator_args(config: Any, configs: Any, backend: Any) -> None:
 class Kernel:
     """A traced, specialized, compiled and cached tile kernel; callable like a torch function."""
 
+    static_shapes = False  # True: never padded to shape buckets (the library's ops pad themselves)
+
     def __init__(self, fn: Callable[..., Any], *, config: Config | None = None,
                  configs: list[Config] | None = None, backend: str | None = None,
-                 autocast: str | None = None):
+                 autocast: str | None = None, static_shapes: bool | None = None):
         if not callable(fn):
             raise ArgumentError(f"kd.tpu_kernel decorates a function, got {type(fn).__name__}",
                                 user_loc(), "put @kd.tpu_kernel on a `def` whose body has a "
@@ -141,6 +143,14 @@ class Kernel:
         self.configs_given = list(configs or [])
         self.default_backend = backend
         self.autocast = amp.check_policy(autocast)  # torch's cast policy under torch.autocast
+        if static_shapes is not None:
+            if not isinstance(static_shapes, bool):
+                raise ConfigError(f"static_shapes={static_shapes!r}", user_loc(),
+                                  "pass static_shapes=True (exact sizes) or False (buckets)")
+            self.static_shapes = static_shapes
+        self._sizes: dict[tuple[int, int], int] = {}  # (argument, axis) -> the first size seen
+        self._dynamic: set[tuple[int, int]] = set()  # axes known to change (bucket_plan.py)
+        self._plans: dict[tuple[Any, ...], bucket_plan.Padded | None] = {}
         self.stats = {"traces": 0, "renders": 0, "compiles": 0}
         self._irs: dict[tuple[Any, ...], KernelIR] = {}
         self._compiled: dict[tuple[Any, ...], Callable[..., tuple[torch.Tensor, ...]]] = {}
@@ -162,9 +172,10 @@ class Kernel:
 
     @staticmethod
     def _plain_cpu_call(args: tuple[Any, ...]) -> bool:
+        grad = torch.is_grad_enabled()  # off inside a backward, or an autograd.Function
         for a in args:
-            if isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or a.requires_grad
-                                                or a.device.type != "cpu"):
+            if isinstance(a, torch.Tensor) and (type(a) is not torch.Tensor or a.device.type != "cpu"
+                                                or (grad and a.requires_grad)):
                 return False
             if not isinstance(a, (torch.Tensor, *_SCALARS)):
                 return False  # a list, None, ...: the router checks the call and says which
@@ -324,12 +335,55 @@ class Kernel:
     def run_cpu(self, backend_name: str, args: tuple[Any, ...],
                 config: Config | None = None) -> list[torch.Tensor]:
         """Runs on CPU tensors; the body of the CPU custom ops."""
-        fn = self._compiled.get((backend_name, config, _faithful()) + self.arg_key(args))
+        key = self.arg_key(args)
+        fn = self._compiled.get((backend_name, config, _faithful()) + key)
         if fn is None:
+            padded = self._bucketed(args, key, backend_name, config)
+            if padded is not None:  # the bucket's build, on padded inputs; outputs cut back
+                args = padded.pad_args(args)
+                fn = self.compiled(backend_name, args, config)
+                return padded.cut_outputs(self._run(fn, args))
             fn = self.compiled(backend_name, args, config)
+        return self._run(fn, args)
+
+    @staticmethod
+    def _run(fn: Callable[..., tuple[torch.Tensor, ...]], args: tuple[Any, ...]) -> list[torch.Tensor]:
         tensors = [a if a.is_contiguous() else a.contiguous()
                    for a in args if isinstance(a, torch.Tensor)]
         return list(fn(*tensors))
+
+    # -- shape buckets (kernel_dsl/buckets.py, bucket_plan.py) ----------------------------------
+    def note_dynamic(self, args: tuple[Any, ...]) -> None:
+        """Records the axes that change: symbolic under torch.compile (the fake sees SymInts),
+        marked with `torch._dynamo.mark_dynamic`, or seen with two sizes."""
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                continue
+            marked = getattr(a, "_dynamo_dynamic_indices", ())
+            for axis, size in enumerate(a.shape):
+                if not isinstance(size, int) or axis in marked:
+                    self._dynamic.add((i, axis))
+                    continue
+                if self._sizes.setdefault((i, axis), size) != size:
+                    self._dynamic.add((i, axis))
+
+    def _bucketed(self, args: tuple[Any, ...], key: tuple[Any, ...], backend_name: str,
+                  config: Config | None) -> bucket_plan.Padded | None:
+        if self.static_shapes or config is not None or not buckets.enabled():
+            return None
+        pkey = key + (buckets.policy(),)
+        if pkey in self._plans:
+            return self._plans[pkey]
+        self.note_dynamic(args)
+        found = None
+        if self._dynamic:
+            be = lowering.get(backend_name)
+            # a config the user tuned for exactly these shapes wins over the bucket's build
+            if self.config is not None or tuned_config(self, self.ir(*args), be.name,
+                                                       be.cpu_target) is None:
+                found = bucket_plan.plan(self, args, self._dynamic)
+        self._plans[pkey] = found
+        return found
 
     def shapes_only(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
         """Runs the host code with `kd.tile` loops skipped: the outputs' metadata (the fake)."""
@@ -404,16 +458,20 @@ class Kernel:
 
 def tpu_kernel(fn: Callable[..., Any] | None = None, *, config: Config | None = None,
                configs: list[Config] | None = None, backend: str | None = None,
-               autocast: str | None = None) -> Any:
+               autocast: str | None = None, static_shapes: bool | None = None) -> Any:
     """Decorator: `@kd.tpu_kernel` or `@kd.tpu_kernel(config=kd.Config(...))`.
 
     autocast: what the kernel does inside `torch.autocast`, named as torch's cast policies:
     "lower_precision_fp" (floating inputs cast to the autocast dtype, like torch.mm) or "fp32"
-    (cast to float32, like layer_norm on CUDA); None (default): inputs as given."""
+    (cast to float32, like layer_norm on CUDA); None (default): inputs as given.
+
+    static_shapes: True builds every size exactly; False (default) lets dims that change run
+    padded to their shape bucket where the kernel's IR proves it safe (kernel_dsl/buckets.py)."""
+    kw = dict(config=config, configs=configs, backend=backend, autocast=autocast,
+              static_shapes=static_shapes)
     if fn is None:
-        return lambda f: Kernel(f, config=config, configs=configs, backend=backend,
-                                autocast=autocast)
-    return Kernel(fn, config=config, configs=configs, backend=backend, autocast=autocast)
+        return lambda f: Kernel(f, **kw)
+    return Kernel(fn, **kw)
 
 
 kernel = tpu_kernel

@@ -86,12 +86,13 @@ class KernelOps:
         place of the portable one under torch.compile, so they need the same rules."""
         self._add_autograd(op)
         if hasattr(op, "register_vmap"):
-            op.register_vmap(per_element(self.kernel.name, op))
+            op.register_vmap(per_element(self.kernel, op))
         if self.kernel.autocast is not None and hasattr(op, "_qualname"):
             amp.register(op._qualname, self.kernel.autocast)
         return op
 
     def fake(self, *args: Any) -> list[torch.Tensor]:
+        self.kernel.note_dynamic(args)  # symbolic sizes under torch.compile: shape buckets
         return self.kernel.shapes_only(args)
 
     def _portable_op(self) -> Any:

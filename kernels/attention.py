@@ -18,10 +18,11 @@ from typing import Any
 import torch
 
 from kernel_dsl import amp
+from kernel_dsl.buckets import bucket, cut, enabled, pad
 
 from .attention_bwd import flash_attention_bwd_delta, flash_attention_bwd_dkv, flash_attention_bwd_dq
 from .attention_fwd import flash_attention_fwd
-from .base import call, check_float, library_op
+from .base import call, check_float, library_op, register_autograd
 
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
@@ -77,15 +78,45 @@ def _fold(t: torch.Tensor, hkv: int) -> torch.Tensor:
 
 
 # -- the ops ---------------------------------------------------------------------------------------
+class _Plan:
+    """How one call runs: the sequence lengths it is built for and the causal inputs.
+
+    Without shape buckets: the true lengths, `qpos` and the caller's causal flag and offset.
+    With them (kernel_dsl.buckets): Sq and Skv padded to their buckets, and masking always on,
+    through per-row limits that the kernel reads as `qpos` with offset 0: row r sees key j iff
+    j <= limit[r], where limit = min(qpos + offset, Skv - 1) causally, Skv - 1 otherwise, and -1
+    for padded rows. The true lengths are then data, so every length in a bucket shares a build.
+    """
+
+    def __init__(self, h: int, hkv: int, sq: int, skv: int, causal: bool, offset: int,
+                 device: torch.device):
+        g = h // hkv
+        self.sq, self.skv = sq, skv
+        if not enabled():
+            self.sqb, self.skvb = sq, skv
+            self.qpos, self.causal, self.offset = _qpos(g, sq, causal, device), causal, offset
+            return
+        self.sqb, self.skvb = bucket(sq), bucket(skv)
+        pos = torch.arange(self.sqb, dtype=torch.int32, device=device)
+        limit = (pos + offset).clamp(max=skv - 1) if causal else torch.full_like(pos, skv - 1)
+        limit = torch.where(pos < sq, limit, -1)
+        self.qpos, self.causal, self.offset = limit.repeat(g).reshape(g * self.sqb, 1), True, 0
+
+    def scalars(self, sm_scale: float) -> tuple[float, bool, int]:
+        return float(sm_scale), bool(self.causal), int(self.offset)
+
+
 @library_op("kernel_dsl::flash_attention")
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             causal_offset: int) -> tuple[torch.Tensor, torch.Tensor]:
     b, h, sq, _ = q.shape
     hkv, dv = k.shape[1], v.shape[3]
-    qpos = _qpos(h // hkv, sq, causal, q.device)
-    out, lse = flash_attention_fwd(_fold(q, hkv), _fold(k, hkv), _fold(v, hkv), qpos,
-                                   float(sm_scale), bool(causal), int(causal_offset))
-    return out.reshape(b, h, sq, dv), lse.reshape(b, h, sq)
+    plan = _Plan(h, hkv, sq, k.shape[2], bool(causal), int(causal_offset), q.device)
+    q, k, v = pad(q, 2, plan.sqb), pad(k, 2, plan.skvb), pad(v, 2, plan.skvb)
+    out, lse = flash_attention_fwd(_fold(q, hkv), _fold(k, hkv), _fold(v, hkv), plan.qpos,
+                                   *plan.scalars(sm_scale))
+    return (cut(out.reshape(b, h, plan.sqb, dv), 2, sq),
+            cut(lse.reshape(b, h, plan.sqb), 2, sq))
 
 
 @_fwd_op.register_fake
@@ -96,21 +127,26 @@ def _fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, s
     return out, q.new_empty((b, h, sq), dtype=torch.float32)
 
 
-@torch.library.custom_op("kernel_dsl::flash_attention_backward", mutates_args=())
+@library_op("kernel_dsl::flash_attention_backward")
 def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             out: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
             causal_offset: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, h, sq, d = q.shape
     hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
+    plan = _Plan(h, hkv, sq, skv, bool(causal), int(causal_offset), q.device)
+    # padded rows and keys are zeros and see nothing (limit -1): their gradients are zero
+    q, dout, out, lse = (pad(t, 2, plan.sqb) for t in (q, dout.to(q.dtype), out, lse))
+    k, v = pad(k, 2, plan.skvb), pad(v, 2, plan.skvb)
     q3, k3, v3 = _fold(q, hkv), _fold(k, hkv), _fold(v, hkv)
-    do3, o3 = _fold(dout.to(q.dtype), hkv), _fold(out, hkv)
-    lse3 = lse.contiguous().reshape(b * hkv, (h // hkv) * sq, 1)
-    qpos = _qpos(h // hkv, sq, causal, q.device)
-    scalars = (float(sm_scale), bool(causal), int(causal_offset))
+    do3, o3 = _fold(dout, hkv), _fold(out, hkv)
+    lse3 = lse.contiguous().reshape(b * hkv, (h // hkv) * plan.sqb, 1)
+    scalars = plan.scalars(sm_scale)
     delta = flash_attention_bwd_delta(o3, do3)
-    dk, dv_ = flash_attention_bwd_dkv(q3, k3, v3, do3, lse3, delta, qpos, *scalars)
-    dq = flash_attention_bwd_dq(q3, k3, v3, do3, lse3, delta, qpos, *scalars)
-    return (dq.reshape(b, h, sq, d), dk.reshape(b, hkv, skv, d), dv_.reshape(b, hkv, skv, dv))
+    dk, dv_ = flash_attention_bwd_dkv(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars)
+    dq = flash_attention_bwd_dq(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars)
+    return (cut(dq.reshape(b, h, plan.sqb, d), 2, sq),
+            cut(dk.reshape(b, hkv, plan.skvb, d), 2, skv),
+            cut(dv_.reshape(b, hkv, plan.skvb, dv), 2, skv))
 
 
 @_bwd_op.register_fake
@@ -130,11 +166,11 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
 
 def _backward(ctx: Any, dout: torch.Tensor, _dlse: Any) -> tuple[Any, ...]:
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, *ctx.scalars)
+    dq, dk, dv = call(_bwd_op, dout, q, k, v, out, lse, *ctx.scalars)
     return dq, dk, dv, None, None, None
 
 
-_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+register_autograd(_fwd_op, _backward, _setup_context)
 # as scaled_dot_product_attention, CPU and CUDA: q, k, v in the autocast dtype; lse stays f32
 amp.register("kernel_dsl::flash_attention", "lower_precision_fp")
 

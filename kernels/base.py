@@ -30,6 +30,8 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 class LibraryKernel(Kernel):
     """A DSL kernel of the library: it knows the shipped TPU configs."""
 
+    static_shapes = True  # the library's ops pad their dynamic dims to shape buckets themselves
+
     def _config_for(self, ir: KernelIR, backend_name: str, target: str,
                     config: Config | None) -> Config:
         if config is not None or self.config is not None or backend_name != "pallas":
@@ -59,10 +61,40 @@ def library_op(name: str) -> Callable[[Callable[..., Any]], Any]:
     return wrap
 
 
+def register_autograd(op: Any, backward: Callable[..., Any], setup_context: Callable[..., Any]) -> None:
+    """`op.register_autograd(...)`, kept at hand too, so that `call` can run it without the
+    dispatcher."""
+    op.register_autograd(backward, setup_context=setup_context)
+    op.eager_autograd = (backward, setup_context)  # type: ignore[attr-defined]
+
+
+class _EagerAutograd(torch.autograd.Function):
+    """An op's registered autograd around its body: what torch.library's own autograd does for a
+    custom op (torch/_library/autograd.py), minus the dispatcher below it. The dispatcher's first
+    call also imports torch._dynamo (about 1 s in a fresh process)."""
+
+    @staticmethod
+    def forward(ctx: Any, op: Any, *args: Any) -> Any:  # grad mode is off in here
+        backward, setup_context = op.eager_autograd
+        out = op.body(*args)
+        setup_context(ctx, args, out)
+        ctx.kd_backward = backward
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        return (None, *ctx.kd_backward(ctx, *grads))
+
+
 def call(op: Any, *args: Any) -> Any:
     """`op(*args)`; a plain eager CPU call runs the op's body without the dispatcher, which
-    costs more than a small kernel (kernel_dsl/fast_path.py says when that is safe)."""
-    return op.body(*args) if plain_cpu(args) else op(*args)
+    costs more than a small kernel (kernel_dsl/fast_path.py says when that is safe), and one
+    that needs gradients runs the op's autograd around the body the same way."""
+    if plain_cpu(args):
+        return op.body(*args)
+    if hasattr(op, "eager_autograd") and plain_cpu(args, autograd=True):
+        return _EagerAutograd.apply(op, *args)
+    return op(*args)
 
 
 def check_float(name: str, t: torch.Tensor) -> None:

@@ -17,8 +17,9 @@ import torch
 
 import kernel_dsl as kd
 from kernel_dsl import amp
+from kernel_dsl.buckets import bucket, cut, pad
 
-from .base import call, check_float, library_kernel, library_op
+from .base import call, check_float, library_kernel, library_op, register_autograd
 
 F32 = torch.float32
 ACTIVATIONS = (None, "relu", "gelu", "silu")
@@ -132,10 +133,11 @@ def _out_code(out_dtype: torch.dtype | None) -> int:
 def _fwd_op(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, activation: str,
             out_dtype: torch.dtype | None) -> torch.Tensor:
     x3, y3, _ = _as_3d(x, y)
+    m = x3.shape[1]  # rows are independent: pad them to their shape bucket (kernel_dsl.buckets)
     b2 = bias.reshape(1, -1) if bias is not None else _dummy(x.device)
-    out = matmul_kernel(x3, y3, b2, _dummy(x.device), _act_code(activation), False, False, False,
-                        bias is not None, _out_code(out_dtype))
-    return out.reshape(_out_shape(x, y))
+    out = matmul_kernel(pad(x3, 1, bucket(m)), y3, b2, _dummy(x.device), _act_code(activation),
+                        False, False, False, bias is not None, _out_code(out_dtype))
+    return cut(out, 1, m).reshape(_out_shape(x, y))
 
 
 @_fwd_op.register_fake
@@ -144,11 +146,13 @@ def _fwd_fake(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, activ
     return x.new_empty(_out_shape(x, y), dtype=out_dtype or x.dtype)
 
 
-@torch.library.custom_op("kernel_dsl::matmul_backward", mutates_args=())
+@library_op("kernel_dsl::matmul_backward")
 def _bwd_op(dout: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
             activation: str) -> list[torch.Tensor]:
     x3, y3, batch = _as_3d(x, y)
     g3 = dout.reshape(x3.shape[0], x3.shape[1], y3.shape[2])
+    m = x3.shape[1]  # zero rows pad to the bucket: dz is zero there, so dy gains nothing
+    x3, g3 = pad(x3, 1, bucket(m)), pad(g3, 1, bucket(m))
     code = _OUT[x.dtype]
     act = _act_code(activation)
     if act:  # dz = dout * act'(x @ y + bias), the pre-activation recomputed in f32
@@ -158,7 +162,7 @@ def _bwd_op(dout: torch.Tensor, x: torch.Tensor, y: torch.Tensor, bias: torch.Te
     else:
         dz = g3.to(x.dtype).contiguous()
     none = _dummy(x.device)
-    dx = matmul_kernel(dz, y3, none, none, 0, False, False, True, False, code)
+    dx = cut(matmul_kernel(dz, y3, none, none, 0, False, False, True, False, code), 1, m)
     dy = matmul_kernel(x3.contiguous(), dz, none, none, 0, False, True, False, False, _OUT[y.dtype])
     dx = dx.reshape(*batch, *x.shape[-2:]) if y.dim() > 2 else dx.reshape(x.shape)
     dx = dx.sum_to_size(x.shape) if dx.shape != x.shape else dx
@@ -188,11 +192,11 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 
 def _backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
     x, y, bias = ctx.saved_tensors
-    grads = _bwd_op(dout, x, y, bias, ctx.activation)
+    grads = call(_bwd_op, dout, x, y, bias, ctx.activation)
     return grads[0], grads[1], grads[2] if bias is not None else None, None, None
 
 
-_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+register_autograd(_fwd_op, _backward, _setup_context)
 amp.register("kernel_dsl::matmul", "lower_precision_fp")  # as torch.mm/matmul, CPU and CUDA
 
 

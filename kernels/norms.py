@@ -17,8 +17,9 @@ import torch
 
 import kernel_dsl as kd
 from kernel_dsl import amp
+from kernel_dsl.buckets import bucket, cut, padded
 
-from .base import call, check_float, library_kernel, library_op
+from .base import call, check_float, library_kernel, library_op, register_autograd
 
 F32 = torch.float32
 
@@ -150,8 +151,10 @@ def _stat_shape(x: torch.Tensor, w: torch.Tensor | None) -> list[Any]:
 def _rms_op(x: torch.Tensor, weight: torch.Tensor | None, eps: float
             ) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = x.reshape(-1, _n(x, weight))
+    m = x2.shape[0]  # rows are independent: pad them to their shape bucket (kernel_dsl.buckets)
+    (x2,) = padded([x2], 0, bucket(m))
     y, rstd = rms_norm_fwd(x2, _row2(weight, x), float(eps), weight is not None)
-    return y.reshape(x.shape), rstd.reshape(_stat_shape(x, weight))
+    return cut(y, 0, m).reshape(x.shape), cut(rstd, 0, m).reshape(_stat_shape(x, weight))
 
 
 @_rms_op.register_fake
@@ -160,12 +163,15 @@ def _rms_fake(x: torch.Tensor, weight: torch.Tensor | None, eps: float
     return x.new_empty(x.shape), x.new_empty(_stat_shape(x, weight), dtype=torch.float32)
 
 
-@torch.library.custom_op("kernel_dsl::rms_norm_backward", mutates_args=())
+@library_op("kernel_dsl::rms_norm_backward")
 def _rms_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
                 rstd: torch.Tensor) -> list[torch.Tensor]:
     n = _n(x, weight)
     x2, g2, r2 = x.reshape(-1, n), dy.to(x.dtype).reshape(-1, n), rstd.reshape(-1, 1)
-    dx = rms_norm_bwd_dx(x2, _row2(weight, x), g2, r2, weight is not None).reshape(x.shape)
+    m = x2.shape[0]  # zero rows pad to the bucket: they add nothing to dw
+    x2, g2, r2 = padded([x2, g2, r2], 0, bucket(m))
+    dx = cut(rms_norm_bwd_dx(x2, _row2(weight, x), g2, r2, weight is not None), 0, m)
+    dx = dx.reshape(x.shape)
     if weight is None:
         return [dx]
     dw = rms_norm_bwd_dw(x2, g2, r2).reshape(weight.shape).to(weight.dtype)
@@ -186,11 +192,11 @@ def _rms_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ..
 
 def _rms_backward(ctx: Any, dy: torch.Tensor, _drstd: Any) -> tuple[Any, ...]:
     x, weight, rstd = ctx.saved_tensors
-    grads = _rms_bwd_op(dy, x, weight, rstd)
+    grads = call(_rms_bwd_op, dy, x, weight, rstd)
     return grads[0], grads[1] if weight is not None else None, None
 
 
-_rms_op.register_autograd(_rms_backward, setup_context=_rms_setup)
+register_autograd(_rms_op, _rms_backward, _rms_setup)
 
 
 @library_op("kernel_dsl::layer_norm")
@@ -198,10 +204,13 @@ def _ln_op(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | No
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     shape_src = weight if weight is not None else bias
     x2 = x.reshape(-1, _n(x, shape_src))
+    m = x2.shape[0]
+    (x2,) = padded([x2], 0, bucket(m))
     y, mean, rstd = layer_norm_fwd(x2, _row2(weight, x), _row2(bias, x), float(eps),
                                    weight is not None, bias is not None)
     st = _stat_shape(x, shape_src)
-    return y.reshape(x.shape), mean.reshape(st), rstd.reshape(st)
+    return (cut(y, 0, m).reshape(x.shape), cut(mean, 0, m).reshape(st),
+            cut(rstd, 0, m).reshape(st))
 
 
 @_ln_op.register_fake
@@ -212,7 +221,7 @@ def _ln_fake(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
             x.new_empty(st, dtype=torch.float32))
 
 
-@torch.library.custom_op("kernel_dsl::layer_norm_backward", mutates_args=())
+@library_op("kernel_dsl::layer_norm_backward")
 def _ln_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
                bias: torch.Tensor | None, mean: torch.Tensor, rstd: torch.Tensor
                ) -> list[torch.Tensor]:
@@ -220,8 +229,10 @@ def _ln_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None,
     n = _n(x, shape_src)
     x2, g2 = x.reshape(-1, n), dy.to(x.dtype).reshape(-1, n)
     m2, r2 = mean.reshape(-1, 1), rstd.reshape(-1, 1)
-    dx = layer_norm_bwd_dx(x2, _row2(weight, x), g2, m2, r2, weight is not None).reshape(x.shape)
-    out = [dx]
+    m = x2.shape[0]  # zero rows pad to the bucket: they add nothing to dw and db
+    x2, g2, m2, r2 = padded([x2, g2, m2, r2], 0, bucket(m))
+    dx = cut(layer_norm_bwd_dx(x2, _row2(weight, x), g2, m2, r2, weight is not None), 0, m)
+    out = [dx.reshape(x.shape)]
     if weight is not None or bias is not None:
         dw, db = layer_norm_bwd_dwb(x2, g2, m2, r2)
         if weight is not None:
@@ -246,14 +257,14 @@ def _ln_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...
 
 def _ln_backward(ctx: Any, dy: torch.Tensor, _dmean: Any, _drstd: Any) -> tuple[Any, ...]:
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    grads = iter(_ln_bwd_op(dy, x, weight, bias, mean, rstd))
+    grads = iter(call(_ln_bwd_op, dy, x, weight, bias, mean, rstd))
     dx = next(grads)
     dw = next(grads) if weight is not None else None
     db = next(grads) if bias is not None else None
     return dx, dw, db, None
 
 
-_ln_op.register_autograd(_ln_backward, setup_context=_ln_setup)
+register_autograd(_ln_op, _ln_backward, _ln_setup)
 # layer_norm and rms_norm under autocast: float32 on CUDA (autocast's fp32 list), the input's
 # dtype on CPU (in none of CPU autocast's lists), so only CUDA gets a rule
 amp.register("kernel_dsl::rms_norm", "fp32", ("cuda",))

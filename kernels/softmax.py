@@ -14,8 +14,9 @@ import torch
 
 import kernel_dsl as kd
 from kernel_dsl import amp
+from kernel_dsl.buckets import bucket, cut, padded
 
-from .base import call, check_float, library_kernel, library_op
+from .base import call, check_float, library_kernel, library_op, register_autograd
 
 F32 = torch.float32
 RESIDENT_MAX = 16384  # longest row kept whole in VMEM (x + out, double-buffered, 8+ rows)
@@ -88,8 +89,9 @@ def _unrows(r: torch.Tensor, like: torch.Tensor, dim: int) -> torch.Tensor:
 @library_op("kernel_dsl::softmax")
 def _fwd_op(x: torch.Tensor, dim: int) -> torch.Tensor:
     r = _rows(x, dim)
+    m = r.shape[0]  # rows are independent: pad them to their shape bucket (kernel_dsl.buckets)
     kernel = softmax_fwd if r.shape[1] <= RESIDENT_MAX else softmax_fwd_streamed
-    return _unrows(kernel(r), x, dim)
+    return _unrows(cut(kernel(*padded([r], 0, bucket(m))), 0, m), x, dim)
 
 
 @_fwd_op.register_fake
@@ -97,11 +99,12 @@ def _fwd_fake(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x.new_empty(x.shape)
 
 
-@torch.library.custom_op("kernel_dsl::softmax_backward", mutates_args=())
+@library_op("kernel_dsl::softmax_backward")
 def _bwd_op(dy: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
     yr, gr = _rows(y, dim), _rows(dy.to(y.dtype), dim)
+    m = yr.shape[0]
     kernel = softmax_bwd if yr.shape[1] <= RESIDENT_MAX else softmax_bwd_streamed
-    return _unrows(kernel(yr, gr), y, dim)
+    return _unrows(cut(kernel(*padded([yr, gr], 0, bucket(m))), 0, m), y, dim)
 
 
 @_bwd_op.register_fake
@@ -116,10 +119,10 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 
 def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
     (y,) = ctx.saved_tensors
-    return _bwd_op(dy, y, ctx.dim), None
+    return call(_bwd_op, dy, y, ctx.dim), None
 
 
-_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+register_autograd(_fwd_op, _backward, _setup_context)
 # torch.softmax under autocast: float32 on CUDA (fp32_set_opt_dtype), the input's dtype on CPU
 # (not in CPU autocast's lists), so only CUDA gets a rule
 amp.register("kernel_dsl::softmax", "fp32", ("cuda",))

@@ -7,6 +7,10 @@ import sys
 import pytest
 import torch
 
+# The suite builds kernels at exact sizes, as the TPU route compiles them, so that ragged edges
+# stay tested; tests/test_buckets.py turns shape buckets on where it tests them.
+os.environ["KD_SHAPE_BUCKETS"] = "off"
+
 # `python -m pytest` from the checkout puts its root on sys.path, where the folders `kernels/`,
 # `lowering/` and `autotune/` (installed as kernel_dsl.kernels, ...) would import a second time
 # under their bare names: transformers probes for Hugging Face's `kernels` package by importing

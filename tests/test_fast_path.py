@@ -1,8 +1,12 @@
-"""Plain eager CPU calls of library ops skip the dispatcher; anything that needs the op's
-registrations (autograd, autocast, vmap, subclasses, torch.compile) still goes through it."""
+"""Plain eager CPU calls of library ops skip the dispatcher, and so do eager calls that need
+gradients (the op's own autograd around its body); anything else that needs the op's
+registrations (autocast, vmap, subclasses, torch.compile) still goes through it."""
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -34,13 +38,42 @@ def test_a_plain_call_runs_the_body_directly(body_calls: list[int]) -> None:
     assert body_calls == [1, 1]
 
 
-@pytest.mark.parametrize("case", ["grad", "autocast", "vmap", "compile"])
+def test_an_eager_call_with_gradients_runs_the_ops_autograd_around_the_body(
+        body_calls: list[int]) -> None:
+    x, w, b = (torch.randn(*s, requires_grad=True) for s in ((16, 32), (32, 8), (8,)))
+    out = lib.matmul(x, w, bias=b, activation="gelu")
+    assert body_calls == [1] and type(out.grad_fn).__name__ == "_EagerAutogradBackward"
+    g = torch.randn(out.shape)
+    mine = torch.autograd.grad(out, (x, w, b), g)
+    ref = mm._fwd_op(x, w, b, "gelu", None)  # the op itself: the dispatcher's autograd
+    assert type(ref.grad_fn).__name__ != "_EagerAutogradBackward"
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    for a, r in zip(mine, torch.autograd.grad(ref, (x, w, b), g)):
+        torch.testing.assert_close(a, r, rtol=0, atol=0)
+
+
+def test_a_training_step_does_not_need_the_dispatcher() -> None:
+    """The dispatcher's first custom-op call imports torch._dynamo (about 1 s)."""
+    code = ("import sys, torch\n"
+            "from kernel_dsl import kernels as lib\n"
+            "x = torch.randn(20, 16, requires_grad=True)\n"
+            "w = torch.randn(16, 8, requires_grad=True)\n"
+            "q = torch.randn(1, 2, 10, 8, requires_grad=True)\n"
+            "y = lib.matmul(lib.rms_norm(x, None), w, activation='silu')\n"
+            "(y.sum() + lib.softmax(lib.layer_norm(y), 0).square().sum()\n"
+            " + lib.flash_attention(q, q, q, causal=True).sum()).backward()\n"
+            "assert x.grad is not None and w.grad is not None and q.grad is not None\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-1] == "False"
+
+
+@pytest.mark.parametrize("case", ["autocast", "vmap", "compile"])
 def test_calls_that_need_the_op_take_it(case: str, body_calls: list[int]) -> None:
     x, w = torch.randn(16, 32), torch.randn(32, 8)
-    if case == "grad":
-        out = lib.matmul(x.requires_grad_(), w)
-        assert out.grad_fn is not None
-    elif case == "autocast":
+    if case == "autocast":
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert lib.matmul(x, w).dtype == torch.bfloat16
     elif case == "vmap":

@@ -1,5 +1,6 @@
-"""torch.vmap over user kernels (one launch per element, one warning) and library ops (the
-vmapped dim folds into the ops' batch dims: one launch), forward and backward."""
+"""torch.vmap over user kernels (the batch folds into a parallel grid dim: one launch; else one
+launch per element, with one warning) and library ops (the vmapped dim folds into the ops'
+batch dims: one launch), forward and backward."""
 from __future__ import annotations
 
 import warnings
@@ -8,6 +9,7 @@ import pytest
 import torch
 from dsl_kernels import add_where
 
+import kernel_dsl as kd
 from kernel_dsl import kernels as lib
 
 
@@ -24,6 +26,61 @@ def test_vmap_over_a_user_kernel_loops_with_one_warning() -> None:
     ours = [w for w in seen if "once per batch element" in str(w.message)]
     assert len(ours) == 1 and "add_where" in str(ours[0].message)
     torch.testing.assert_close(out, _ref_add_where(x.movedim(1, 0), y))
+
+
+@kd.tpu_kernel
+def scaled_rows(x: torch.Tensor, w: torch.Tensor):
+    m, n = x.shape
+    out = torch.empty_like(x)
+    total = torch.empty([m], dtype=torch.float32, device=x.device)
+    for tm in kd.tile(m):
+        row = x[tm, :] * w[tm, :]
+        out[tm, :] = row
+        total[tm] = row.sum(-1)
+    return out, total
+
+
+@kd.tpu_kernel
+def over_rows(x: torch.Tensor):
+    out = torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        out[tm, :] = x[tm, :] / x.shape[0]  # reads the row count: stacking would change it
+    return out
+
+
+@pytest.mark.parametrize("in_dims", [(0, 0), (2, 1)])
+def test_vmap_folds_the_batch_into_a_parallel_grid_dim(in_dims: tuple[int, int]) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 7, 33, generator=g).movedim(0, in_dims[0])
+    w = torch.randn(4, 7, 33, generator=g).movedim(0, in_dims[1])
+    before = scaled_rows._ops.op
+    calls: list[int] = []
+    real_rule = scaled_rows.run_cpu
+
+    def counted(*a, **k):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real_rule(*a, **k)
+
+    scaled_rows.run_cpu = counted  # type: ignore[method-assign]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no per-element warning
+            out, total = torch.vmap(scaled_rows, in_dims=in_dims)(x, w)
+    finally:
+        del scaled_rows.run_cpu
+    assert calls == [1] and scaled_rows._ops.op is before  # one launch for the whole batch
+    xb, wb = x.movedim(in_dims[0], 0), w.movedim(in_dims[1], 0)
+    torch.testing.assert_close(out, xb * wb)
+    torch.testing.assert_close(total, (xb * wb).sum(-1), atol=1e-5, rtol=1e-5)
+
+
+def test_vmap_loops_when_the_host_code_reads_the_folded_size() -> None:
+    x = torch.randn(3, 5, 16)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = torch.vmap(over_rows)(x)
+    assert any("once per batch element" in str(w.message) for w in seen)
+    torch.testing.assert_close(out, x / 5)
 
 
 def test_every_library_op_has_its_own_batching_rule() -> None:

@@ -36,7 +36,12 @@ class PallasBackend:
         races are reported) instead of the fast plain-HLO interpreter."""
         from .runner import compile_for_torch, faithful_params  # JAX: only when a kernel runs
 
-        return compile_for_torch(gen, interpret=faithful_params() if faithful else True)
+        if faithful:
+            return compile_for_torch(gen, interpret=faithful_params())
+        # kept on disk for the next process; autotuning candidates (a stand-in IR) are not
+        inputs = getattr(ir, "inputs", None)
+        return compile_for_torch(gen, specs=None if inputs is None else
+                                 [(p.shape, p.dtype) for p in inputs])
 
     def check(self, ir: KernelIR, gens: list[Generated], timeout: float,
               measure_vmem: bool, deadline: float | None = None) -> list[CheckEntry]:

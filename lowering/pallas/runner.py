@@ -30,9 +30,8 @@ def _quiet_jax_on_cpu_hosts() -> None:
 _quiet_jax_on_cpu_hosts()
 import jax  # noqa: E402
 import jax.dlpack  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
 
-from . import jax_cache  # noqa: E402  (imports JAX: after the CPU-host setup above)
+from . import export_cache, jax_cache  # noqa: E402  (import JAX: after the CPU-host setup above)
 
 
 def load_module(gen: Generated) -> types.ModuleType:
@@ -55,6 +54,8 @@ def to_numpy(t: torch.Tensor) -> Any:
 
 def faithful_params() -> Any:
     """Pallas' TPU interpreter set to act like the hardware where it matters for correctness."""
+    from jax.experimental.pallas import tpu as pltpu  # Pallas: imported only when it is used
+
     return pltpu.InterpretParams(out_of_bounds_reads="raise", uninitialized_memory="nan",
                                  detect_races=True)
 
@@ -66,8 +67,15 @@ def jax_function(gen: Generated, interpret: Any = True) -> Callable[..., Any]:
     return jax.jit(lambda *args: fn(*args, interpret=interpret))
 
 
-def compile_for_torch(gen: Generated, interpret: Any = True) -> Callable[..., tuple[torch.Tensor, ...]]:
-    jitted = jax_function(gen, interpret)
+def compile_for_torch(gen: Generated, interpret: Any = True,
+                      specs: export_cache.Specs | None = None) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """`specs` (the inputs' shapes and IR dtypes): keep the lowered kernel on disk for the next
+    process (export_cache.py); the faithful interpreter is never kept."""
+    if interpret is True and specs is not None and export_cache.enabled():
+        jax_cache.enable()
+        jitted = export_cache.jitted(gen, specs, lambda: jax_function(gen, interpret))
+    else:
+        jitted = jax_function(gen, interpret)
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         outs = jitted(*[to_numpy(t) for t in tensors])
