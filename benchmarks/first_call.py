@@ -24,9 +24,14 @@ from typing import Any
 
 import torch
 
-import kernel_dsl as kd
-from kernel_dsl import kernels as lib
-from kernel_dsl.kernel_object import Kernel
+# cold builds: no kernel lowered or compiled by an earlier process (fresh_process.py and
+# llama_block.py measure what the caches on disk save), at the exact, ragged shapes
+os.environ["KD_JAX_CACHE"] = "0"
+os.environ["KD_SHAPE_BUCKETS"] = "off"
+
+import kernel_dsl as kd  # noqa: E402
+from kernel_dsl import kernels as lib  # noqa: E402
+from kernel_dsl.kernel_object import Kernel  # noqa: E402
 
 BACKENDS = ("pallas", "nki", "triton")
 TPU_TARGET = "tpu-v6e"

@@ -259,7 +259,8 @@ def section_llama_block() -> list[str]:
             "### The first step of a fresh process", "",
             "New Python processes, each importing the block and running one training step; run "
             "1 with an empty cache directory, later runs with what run 1 left.", "",
-            "| run | cache | import s | first step s | kernel builds |", "|---|---|---|---|---|"]
+            "| run | cache | import s | first step s | kernels built (warm: loaded from the caches) |",
+            "|---|---|---|---|---|"]
     out += [f"| {r['run']} | {r['cache']} | {r['import_s']} | {r['first_step_s']} | "
             f"{r['kernel_builds']} |" for r in fp]
     out += ["", f"A warm first step is {cold / warm:.1f}x faster than a cold one (goal 5x). "
