@@ -26,16 +26,23 @@ def _fold_tile(kernel: Any, elems: tuple[Any, ...], batched: list[int], b: int) 
     returned output's first dim, if the kernel traced at `b` times that size is the same."""
     ir = kernel.ir(*elems)
     want = {(p.name, 0) for p in ir.inputs if p.arg_index in batched}
+    tiles = {t.name: t for t in ir.tiles}
     for name, axes in bucket_plan.safe_tiles(ir, loops_too=False).items():
         ins = {(p.name, a) for p, a in axes if not p.is_output}
         outs = {(p.name, a) for p, a in axes if p.is_output}
-        if ins != want or not all((p.name, 0) in outs for p in ir.returns):
+        if (ins != want or any(a != 0 for _, a in outs)
+                or not all((p.name, 0) in outs for p in ir.returns)
+                or bucket_plan.uses_positions(ir, tiles[name])):  # stacked rows move
             continue
         big = list(elems)
         for i in batched:
             e = elems[i]
             big[i] = torch.empty((e.shape[0] * b, *e.shape[1:]), dtype=e.dtype, device="meta")
-        if bucket_plan.same_apart_from(ir, kernel.ir(*big), {name}, ins | outs):
+        try:
+            stacked = kernel.ir(*big)
+        except Exception:  # the host code does not take the stacked size
+            return None
+        if bucket_plan.same_apart_from(ir, stacked, {name}, ins | outs):
             return name
     return None
 

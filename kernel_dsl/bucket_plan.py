@@ -85,10 +85,15 @@ def _has(v: Value, t: TileVar) -> bool:
     return any(d is t for d in v.shape)
 
 
+_POSITIONS = ("iota", "tile_begin", "tile_id", "tile_size", "tile_count")
+
+
 def _parallel(ir: KernelIR, t: TileVar) -> bool:
     for op in ir.body.walk():
         k = op.kind
-        if k in ("tile_count", "pad_fill") and op.attrs["tile"] is t:
+        # the block's size and in-range count change with the extent (a one-block tile's size
+        # is the extent); lane indices do not
+        if k in ("tile_size", "tile_count", "pad_fill") and op.attrs["tile"] is t:
             return False
         if k == "reduce" and op.operands[0].shape[op.attrs["axis"]] is t:
             return False
@@ -97,55 +102,71 @@ def _parallel(ir: KernelIR, t: TileVar) -> bool:
     return True
 
 
+def uses_positions(ir: KernelIR, t: TileVar) -> bool:
+    """The kernel reads `t`'s lane indices, block index, begin, size or count."""
+    return any(op.kind in _POSITIONS and op.attrs["tile"] is t for op in ir.body.walk())
+
+
 def _zero_sum(loop: Op, t: TileVar) -> bool:
-    zero: set[int] = set()  # ids of values that are zero in every padded lane
-
-    def z(v: Value) -> bool:
-        return v.id in zero
-
-    assert loop.body is not None
-    if any(_has(a, t) for a in loop.body.args):
+    """Padding adds lanes of zeros and whole iterations of them. Both add nothing when every
+    value with `t` is zero in padded lanes, every such value ends in a sum or dot over `t`
+    (`nil`: zero in an all-padding iteration), and every carried value only adds those."""
+    body = loop.body
+    assert body is not None
+    zero: set[int] = set()  # values with t that are zero in padded lanes
+    nil: set[int] = set()  # values without t that are zero in an iteration of padding only
+    grows: dict[int, int] = {}  # value -> the carried value it is (that value + a nil)
+    args = {a.id for a in body.args}
+    if any(_has(a, t) for a in body.args):
         return False
-    for op in loop.body.walk():
+    for op in body.ops:
         k, ins, outs = op.kind, op.operands, op.results
+        if k == "loop" or (k in _POSITIONS and op.attrs["tile"] is t):
+            return False  # positions, counts and nested loops see the extra iterations
+        out = outs[0].id if outs else None
         if k == "load":
             if _has(outs[0], t):
                 zero.add(outs[0].id)
             continue
-        if k in ("iota", "tile_count") and op.attrs["tile"] is t:
-            return False  # lane positions and counts are not zeros
-        touches = any(_has(v, t) for v in ins) or any(_has(v, t) for v in outs)
-        if not touches:
-            continue
-        if k in _ZERO_CHAIN and z(ins[0]):
-            ok = True
-        elif k == "pad_fill":
-            ok = z(ins[0]) and op.attrs["fill"] == 0
-        elif k in ("mul", "add", "sub"):
-            ok = all(z(v) for v in ins)
-        elif k == "neg":
-            ok = z(ins[0])
-        elif k == "reduce":
-            over_t = ins[0].shape[op.attrs["axis"]] is t
-            ok = z(ins[0]) and (op.attrs["op"] == "sum" or not over_t)
-            if ok and not over_t:
-                zero.add(outs[0].id)
-            continue
-        elif k == "dot" and ins[0].shape[-1] is t:  # contracts over t: both factors zero there
-            if not (z(ins[0]) and z(ins[1]) and not _has(outs[0], t)):
+        if k == "store":  # only rows of t: a t-free store is redone by padded iterations
+            if not (any(i.kind == "tile" and i.tile is t for i in op.attrs["index"])
+                    and ins[0].id in zero):
                 return False
             continue
-        elif k == "dot":  # t is a row or column: zero rows give zero rows
-            ok = all(z(v) for v in ins[:2] if _has(v, t)) and (len(ins) < 3 or z(ins[2]))
-        elif k == "store":
-            ok = z(ins[0])
+        if any(_has(v, t) for v in ins) or any(_has(v, t) for v in outs):
+            if any(v.id not in zero for v in ins[:2]) and k != "dot":
+                return False
+            if k == "reduce" and ins[0].shape[op.attrs["axis"]] is t:
+                if op.attrs["op"] != "sum":
+                    return False
+                nil.add(out)
+            elif k == "dot":  # only a contraction over t with both factors zero there
+                if not (ins[0].shape[-1] is t and ins[0].id in zero and ins[1].id in zero
+                        and not _has(outs[0], t)):
+                    return False
+                if len(ins) == 3:  # acc + a @ b
+                    if ins[2].id not in args:
+                        return False
+                    grows[out] = ins[2].id
+                else:
+                    nil.add(out)
+            elif k in _ZERO_CHAIN or k in ("pad_fill", "reduce", "mul", "add", "sub", "neg"):
+                if k == "pad_fill" and op.attrs["fill"] != 0:
+                    return False
+                zero.add(out)
+            else:
+                return False
+            continue
+        touched = [v.id in nil for v in ins]
+        if not any(touched):
+            continue  # the same in every iteration (carried values are checked at the yield)
+        if k == "add" and len(ins) == 2 and sum(touched) == 1 and any(v.id in args for v in ins):
+            grows[out] = next(v.id for v in ins if v.id in args)  # acc + nil
+        elif k in ("cast", "neg") or (k in ("add", "sub", "mul") and all(touched)):
+            nil.add(out)
         else:
-            ok = False
-        if not ok:
             return False
-        if outs:
-            zero.add(outs[0].id)
-    return True
+    return all(y.id == a.id or grows.get(y.id) == a.id for a, y in zip(body.args, body.yields))
 
 
 def safe_tiles(ir: KernelIR, loops_too: bool = True) -> dict[str, list[tuple[TensorParam, int]]]:
@@ -211,7 +232,10 @@ def plan(kernel: Any, args: tuple[Any, ...], dynamic: set[tuple[int, int]]) -> P
         if isinstance(a, torch.Tensor):
             shape = [chosen.get(i, {}).get(axis, d) for axis, d in enumerate(a.shape)]
             meta[i] = torch.empty(shape, dtype=a.dtype, device="meta")
-    big = kernel.ir(*meta)
+    try:
+        big = kernel.ir(*meta)
+    except Exception:  # the host code does not take the padded size (a size passed as a scalar)
+        return None
     if not same_apart_from(ir, big, tiles, masked):
         return None  # the host code reads a padded size as a number
     cuts = [{a: p.shape[a] for a in range(len(p.shape)) if (p.name, a) in masked}

@@ -62,28 +62,28 @@ def library_op(name: str) -> Callable[[Callable[..., Any]], Any]:
 
 
 def register_autograd(op: Any, backward: Callable[..., Any], setup_context: Callable[..., Any]) -> None:
-    """`op.register_autograd(...)`, kept at hand too, so that `call` can run it without the
-    dispatcher."""
+    """`op.register_autograd(...)`, and the same autograd as an `autograd.Function` around the
+    op's body, so that `call` can run it without the dispatcher."""
     op.register_autograd(backward, setup_context=setup_context)
-    op.eager_autograd = (backward, setup_context)  # type: ignore[attr-defined]
+    op.eager_autograd = _eager_autograd(op, backward, setup_context)  # type: ignore[attr-defined]
 
 
-class _EagerAutograd(torch.autograd.Function):
-    """An op's registered autograd around its body: what torch.library's own autograd does for a
-    custom op (torch/_library/autograd.py), minus the dispatcher below it. The dispatcher's first
-    call also imports torch._dynamo (about 1 s in a fresh process)."""
+def _eager_autograd(op: Any, backward: Callable[..., Any], setup_context: Callable[..., Any]) -> Any:
+    """What torch.library's autograd does for a custom op (torch/_library/autograd.py), minus
+    the dispatcher below it, whose first call also imports torch._dynamo (about 1 s in a fresh
+    process). One class per op, so that `ctx.needs_input_grad` lines up with the op's inputs."""
 
-    @staticmethod
-    def forward(ctx: Any, op: Any, *args: Any) -> Any:  # grad mode is off in here
-        backward, setup_context = op.eager_autograd
+    def forward(ctx: Any, *args: Any) -> Any:  # grad mode is off in here
         out = op.body(*args)
         setup_context(ctx, args, out)
-        ctx.kd_backward = backward
         return out
 
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> Any:
-        return (None, *ctx.kd_backward(ctx, *grads))
+    def grads(ctx: Any, *g: Any) -> Any:
+        out = backward(ctx, *g)
+        return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+
+    return type(f"{op.body.__name__}_eager", (torch.autograd.Function,),
+                {"forward": staticmethod(forward), "backward": staticmethod(grads)})
 
 
 def call(op: Any, *args: Any) -> Any:
@@ -93,7 +93,7 @@ def call(op: Any, *args: Any) -> Any:
     if plain_cpu(args):
         return op.body(*args)
     if hasattr(op, "eager_autograd") and plain_cpu(args, autograd=True):
-        return _EagerAutograd.apply(op, *args)
+        return op.eager_autograd.apply(*args)
     return op(*args)
 
 

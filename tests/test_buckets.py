@@ -287,3 +287,80 @@ def test_autotuned_exact_shape_wins(tmp_path, monkeypatch: pytest.MonkeyPatch) -
     key = tuned.arg_key((x,))
     tuned(x)
     assert tuned._plans[key + (buckets.policy(),)] is None  # ran at its tuned, exact size
+
+
+# -- kernels padding must not change (a review found each of these wrong once) ------------------
+@kd.tpu_kernel
+def running_max_of_block_sums(x: torch.Tensor):
+    """Padding adds whole iterations of zero blocks: a carried max would see their zero sums."""
+    m, k = x.shape
+    out = torch.empty([m], dtype=torch.float32, device=x.device)
+    for tm in kd.tile(m):
+        big = kd.full([tm], float("-inf"), dtype=torch.float32)
+        for tk in kd.tile(k, block_size=4):
+            big = torch.maximum(big, x[tm, tk].sum(-1))
+        out[tm] = big
+    return out
+
+
+@kd.tpu_kernel
+def mean_of_block_sums(x: torch.Tensor):
+    """A carried counter counts the padded iterations too."""
+    m, k = x.shape
+    out = torch.empty([m], dtype=torch.float32, device=x.device)
+    for tm in kd.tile(m):
+        acc = kd.zeros([tm], dtype=torch.float32)
+        n = kd.zeros([tm], dtype=torch.float32)
+        for tk in kd.tile(k, block_size=4):
+            acc = acc + x[tm, tk].sum(-1)
+            n = n + 1.0
+        out[tm] = acc / n
+    return out
+
+
+@kd.tpu_kernel
+def plus_block_size(x: torch.Tensor):
+    """A one-block tile's size is its extent, which padding changes."""
+    out = torch.empty_like(x)
+    for t in kd.tile(x.shape[0]):
+        out[t] = x[t] + t.size.to(torch.float32)
+    return out
+
+
+@kd.tpu_kernel
+def scaled_by_n(x: torch.Tensor, n: int):
+    """The tile's extent is a scalar argument: the padded trace cannot be built."""
+    out = torch.empty_like(x)
+    for t in kd.tile(n):
+        out[t] = x[t] * 2.0
+    return out
+
+
+@kd.tpu_kernel
+def column_sums_of_products(x: torch.Tensor, w: torch.Tensor):
+    """The loop dim is a row of the product, not its contraction: 0 * inf in padded rows."""
+    k, d = x.shape
+    out = torch.empty([1, w.shape[1]], dtype=torch.float32, device=x.device)
+    for tn in kd.tile(w.shape[1]):
+        acc = kd.zeros([1, tn], dtype=torch.float32)
+        for tk in kd.tile(k):
+            acc = acc + (x[tk, :] @ w[:, tn]).sum(0, keepdim=True)
+        out[:, tn] = acc
+    return out
+
+
+@pytest.mark.parametrize("kernel, make", [
+    (running_max_of_block_sums, lambda m: (-torch.rand(3, m) - 1,)),
+    (mean_of_block_sums, lambda m: (-torch.rand(3, m) - 1,)),
+    (plus_block_size, lambda m: (torch.zeros(m),)),
+    (scaled_by_n, lambda m: (torch.randn(m), m)),
+    (column_sums_of_products, lambda m: (torch.rand(m, 5) + 0.1,
+                                         torch.tensor([[float("inf"), 1.0, 2.0]] * 5))),
+])
+def test_padding_changes_no_answer(kernel: kd.Kernel, make) -> None:  # type: ignore[no-untyped-def]
+    kernel(*make(10))  # a first size: the next one makes the dim dynamic
+    for m in (11, 12, 13):
+        args = make(m)
+        got = kernel(*args)
+        with kd.shape_buckets("off"):
+            torch.testing.assert_close(got, kernel(*args))

@@ -42,11 +42,11 @@ def test_an_eager_call_with_gradients_runs_the_ops_autograd_around_the_body(
         body_calls: list[int]) -> None:
     x, w, b = (torch.randn(*s, requires_grad=True) for s in ((16, 32), (32, 8), (8,)))
     out = lib.matmul(x, w, bias=b, activation="gelu")
-    assert body_calls == [1] and type(out.grad_fn).__name__ == "_EagerAutogradBackward"
+    assert body_calls == [1] and type(out.grad_fn).__name__ == "_fwd_op_eagerBackward"
     g = torch.randn(out.shape)
     mine = torch.autograd.grad(out, (x, w, b), g)
     ref = mm._fwd_op(x, w, b, "gelu", None)  # the op itself: the dispatcher's autograd
-    assert type(ref.grad_fn).__name__ != "_EagerAutogradBackward"
+    assert type(ref.grad_fn).__name__ != "_fwd_op_eagerBackward"
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     for a, r in zip(mine, torch.autograd.grad(ref, (x, w, b), g)):
         torch.testing.assert_close(a, r, rtol=0, atol=0)
@@ -81,3 +81,38 @@ def test_calls_that_need_the_op_take_it(case: str, body_calls: list[int]) -> Non
     else:
         torch.compile(lambda a, b: lib.matmul(a, b), backend="aot_eager", fullgraph=True)(x, w)
     assert body_calls == []
+
+
+def test_the_eager_autograd_sees_the_ops_own_inputs() -> None:
+    """`ctx.needs_input_grad` lines up with the op's inputs, and a backward may return one
+    tensor for a one-input op, as with torch.library."""
+    from kernel_dsl.kernels.base import call, library_op, register_autograd
+
+    @library_op("kernel_dsl_test::scaled")
+    def scaled(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * w
+
+    def setup(ctx, inputs, output):  # type: ignore[no-untyped-def]
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, g):  # type: ignore[no-untyped-def]
+        x, w = ctx.saved_tensors
+        seen.append(ctx.needs_input_grad)
+        return (g * w if ctx.needs_input_grad[0] else None,
+                g * x if ctx.needs_input_grad[1] else None)
+
+    seen: list[tuple[bool, ...]] = []
+    register_autograd(scaled, backward, setup)
+    x, w = torch.randn(4, requires_grad=True), torch.randn(4)
+    call(scaled, x, w).sum().backward()
+    assert seen == [(True, False)]
+    torch.testing.assert_close(x.grad, w)
+
+    @library_op("kernel_dsl_test::doubled")
+    def doubled(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    register_autograd(doubled, lambda ctx, g: g * 2, lambda ctx, inputs, output: None)
+    y = torch.randn(3, requires_grad=True)
+    call(doubled, y).sum().backward()
+    torch.testing.assert_close(y.grad, torch.full((3,), 2.0))

@@ -83,6 +83,33 @@ def test_vmap_loops_when_the_host_code_reads_the_folded_size() -> None:
     torch.testing.assert_close(out, x / 5)
 
 
+@kd.tpu_kernel
+def plus_position(x: torch.Tensor):
+    out = torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        out[tm] = x[tm] + tm.index.to(torch.float32)  # stacked rows would move
+    return out
+
+
+@kd.tpu_kernel
+def outer(x: torch.Tensor):
+    n = x.shape[0]
+    out = torch.zeros([n, n], dtype=torch.float32, device=x.device)
+    for tm in kd.tile(n):
+        v = x[tm]
+        out[tm, tm] = v[:, None] * v[None, :]  # both axes walk the tile: batches would meet
+    return out
+
+
+@pytest.mark.parametrize("kernel", [plus_position, outer])
+def test_vmap_loops_where_stacking_would_change_the_answer(kernel: kd.Kernel) -> None:
+    x = torch.arange(1.0, 16.0).reshape(3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = torch.vmap(kernel)(x)
+    torch.testing.assert_close(out, torch.stack([kernel(x[i]) for i in range(3)]))
+
+
 def test_every_library_op_has_its_own_batching_rule() -> None:
     # without one, vmap falls back to torch's slow per-element loop (with a C++ warning)
     for name in ("matmul", "matmul_backward", "flash_attention", "flash_attention_backward",

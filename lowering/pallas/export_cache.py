@@ -38,8 +38,9 @@ def enabled() -> bool:
 
 
 def _path(gen: Generated, specs: Specs) -> str:
+    lowering = (jax.config.jax_enable_x64, jax.config.jax_default_matmul_precision)  # change HLO
     key = "\n".join([gen.source, repr(specs), jax.__version__, jaxlib.__version__, __version__,
-                     str(FORMAT)])
+                     str(FORMAT), repr(lowering)])
     name = hashlib.sha256(key.encode()).hexdigest()[:32]
     return os.path.join(cache_dir(), "jax_export", f"{gen.entry}-{name}.jaxexport")
 
