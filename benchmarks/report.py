@@ -67,7 +67,8 @@ def section_overhead(data: Any) -> list[str]:
             if isinstance(s, dict):
                 out.append(f"| library matmul 64x96x80 | {k.removesuffix('_us')} | "
                            f"{s['median']:.1f} | [{s['min']:.1f} - {s['max']:.1f}] |")
-        out += ["", f"Ratios: a library call over the DSL kernel it launches "
+        out += ["", f"Ratios (between the fastest repeats' medians): a library call over the DSL "
+                f"kernel it launches "
                 f"{lib['call_over_kernel']}x (goal 1.2x); a user kernel through `torch.ops` over "
                 f"its fast path {data['op_over_fast_path']}x (goal 1.5x)."]
     return out + [""]

@@ -22,7 +22,11 @@ _ALLOC_INIT = {
 }
 # metadata reads that host code may do on (meta) tensors
 _HOST_OK = {"size", "dim", "stride", "numel", "is_contiguous", "__len__", "__format__",
-            "__repr__", "element_size", "nelement", "get_device", "__hash__"}
+            "__repr__", "element_size", "nelement", "get_device", "__hash__",
+            "is_floating_point", "is_complex"}
+# dtype helpers that host code may call to choose output dtypes: they read only dtypes
+# (torch.finfo, torch.iinfo and torch.get_default_dtype never reach the mode)
+_HOST_DTYPE_OK = {torch.promote_types, torch.result_type, torch.can_cast}
 
 
 class TraceMode(TorchFunctionMode):
@@ -42,7 +46,7 @@ class TraceMode(TorchFunctionMode):
         if func in _ALLOC_INIT:
             return self._alloc(func, args, kwargs)
         name = getattr(func, "__name__", "")
-        if name == "__get__" or name in _HOST_OK:
+        if name == "__get__" or name in _HOST_OK or func in _HOST_DTYPE_OK:
             return func(*args, **kwargs)
         raise KernelSyntaxError(
             f"`{name or func}` computes on tensor data in host code", user_loc(),
@@ -132,6 +136,9 @@ class TraceMode(TorchFunctionMode):
         return TileValue(v)
 
     def _setitem(self, t: Any, idx: Any, value: Any) -> None:
+        """`out[idx] = value`. As torch's setitem, the value is cast to the output's dtype
+        (an IR `cast`: floats round to nearest even, float -> int truncates toward zero,
+        nonzero -> True for bool) and broadcast to the indexed block's shape."""
         p = self._param(t, "assigning into")
         loc = user_loc()
         if not p.is_output:
@@ -144,12 +151,8 @@ class TraceMode(TorchFunctionMode):
             v = const(value, p.dtype)
         else:
             v = _as_tile(value)
-        if v.v.dtype != p.dtype:
-            if v.v.op is not None and v.v.op.kind == "const":
-                v = cast_v(v, p.dtype)
-            else:
-                raise DTypeError(f"storing a {v.v.dtype} tile into {p.dtype} output `{p.name}`",
-                                 loc, f"cast it: `{p.name}[...] = value.to({p.name}.dtype)`")
+        # cast before broadcasting: the cast then runs on the smaller (unbroadcast) value
+        v = cast_v(v, p.dtype)
         if v.v.shape != shape:
             try:
                 v = broadcast(v, shape)
