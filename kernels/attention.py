@@ -12,6 +12,7 @@ DSL kernels of `attention_fwd.py` / `attention_bwd.py`, which run on the selecte
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -77,6 +78,15 @@ def _fold(t: torch.Tensor, hkv: int) -> torch.Tensor:
     return t.contiguous().reshape(b * hkv, (h // hkv) * s, d)
 
 
+@functools.lru_cache(maxsize=64)  # a few tensors per model, made once: not on every call
+def _row_limits(g: int, sq: int, skv: int, sqb: int, causal: bool, offset: int,
+                device: torch.device) -> torch.Tensor:
+    """[G*Sqb, 1] int32: the last key each folded row sees (-1 for padded rows)."""
+    pos = torch.arange(sqb, dtype=torch.int32, device=device)
+    limit = (pos + offset).clamp(max=skv - 1) if causal else torch.full_like(pos, skv - 1)
+    return torch.where(pos < sq, limit, -1).repeat(g).reshape(g * sqb, 1)
+
+
 # -- the ops ---------------------------------------------------------------------------------------
 class _Plan:
     """How one call runs: the sequence lengths it is built for and the causal inputs.
@@ -97,10 +107,8 @@ class _Plan:
             self.qpos, self.causal, self.offset = _qpos(g, sq, causal, device), causal, offset
             return
         self.sqb, self.skvb = bucket(sq), bucket(skv)
-        pos = torch.arange(self.sqb, dtype=torch.int32, device=device)
-        limit = (pos + offset).clamp(max=skv - 1) if causal else torch.full_like(pos, skv - 1)
-        limit = torch.where(pos < sq, limit, -1)
-        self.qpos, self.causal, self.offset = limit.repeat(g).reshape(g * self.sqb, 1), True, 0
+        self.qpos = _row_limits(g, sq, skv, self.sqb, causal, offset, device)
+        self.causal, self.offset = True, 0
 
     def scalars(self, sm_scale: float) -> tuple[float, bool, int]:
         return float(sm_scale), bool(self.causal), int(self.offset)
