@@ -17,7 +17,10 @@ CHECK = "kernel_dsl.lowering.pallas.check_worker"
 
 # a parent that starts a worker, gives it a job that never ends, prints the worker's pid, waits
 _PARENT = textwrap.dedent("""
-    import json, sys, time
+    import json, signal, sys, time
+    # Ctrl-C as in a terminal, even where this test was started with SIGINT ignored (a shell's
+    # background job inherits SIG_IGN, and Python then installs no KeyboardInterrupt handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from kernel_dsl.workers import Worker
     w = Worker({module!r}, {{}}, 120)
     assert w.ready, w.stderr_tail()
