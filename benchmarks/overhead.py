@@ -92,7 +92,10 @@ def library(repeats: int, calls: int) -> dict[str, Any]:
     fns = {"library_call": lambda: kd.kernels.matmul(x, w),
            "library_op": lambda: torch.ops.kernel_dsl.matmul(x, w, None, "none", None),
            "raw_kernel": lambda: mm.matmul_kernel(x3, w3, d, d, 0, False, False, False, False, 0)}
-    rows = {k: [median_us(f, calls) for _ in range(repeats)] for k, f in fns.items()}
+    rows: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every row
+        for k, f in fns.items():
+            rows[k].append(median_us(f, calls))
     out: dict[str, Any] = {k + "_us": _stats(v) for k, v in rows.items()}
     # ratios of the fastest repeat's medians: a loaded machine slows repeats, never speeds them
     out["call_over_kernel"] = round(min(rows["library_call"]) / min(rows["raw_kernel"]), 2)

@@ -73,7 +73,7 @@ def check_same_dtype(fn: str, **tensors: torch.Tensor | None) -> None:
     the same dtype"), naming the argument; under autocast they are legal: the op casts them."""
     given = [(n, t) for n, t in tensors.items() if t is not None]
     first_name, first = given[0]
-    if torch.is_autocast_enabled(first.device.type):
+    if all(t.dtype == first.dtype for _, t in given) or torch.is_autocast_enabled(first.device.type):
         return
     for name, t in given[1:]:
         if t.dtype != first.dtype:

@@ -23,7 +23,7 @@ from kernel_dsl.buckets import bucket, cut, enabled, pad
 
 from .attention_bwd import flash_attention_bwd_delta, flash_attention_bwd_dkv, flash_attention_bwd_dq
 from .attention_fwd import flash_attention_fwd
-from .base import call, check_float, library_op, register_autograd
+from .base import call, check_float, library_op, placeholder, register_autograd
 
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
 
@@ -68,7 +68,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 def _qpos(g: int, sq: int, causal: bool, device: torch.device) -> torch.Tensor:
     """Each folded row's query position (only read when causal)."""
     if not causal:
-        return torch.zeros(1, 1, dtype=torch.int32, device=device)
+        return placeholder(device, torch.int32)
     return torch.arange(sq, dtype=torch.int32, device=device).repeat(g).reshape(g * sq, 1)
 
 

@@ -17,7 +17,7 @@ import torch
 
 from kernel_dsl.autotune.tuner import tuned_config
 from kernel_dsl.config import Config
-from kernel_dsl.fast_path import plain_cpu
+from kernel_dsl.fast_path import eager_route
 from kernel_dsl.ir import KernelIR
 from kernel_dsl.kernel_object import Kernel
 from kernel_dsl.lowering.pallas.targets import tpu_target
@@ -90,11 +90,31 @@ def call(op: Any, *args: Any) -> Any:
     """`op(*args)`; a plain eager CPU call runs the op's body without the dispatcher, which
     costs more than a small kernel (kernel_dsl/fast_path.py says when that is safe), and one
     that needs gradients runs the op's autograd around the body the same way."""
-    if plain_cpu(args):
+    route = eager_route(args)
+    if route == "body":
         return op.body(*args)
-    if hasattr(op, "eager_autograd") and plain_cpu(args, autograd=True):
+    if route == "autograd" and hasattr(op, "eager_autograd"):
         return op.eager_autograd.apply(*args)
     return op(*args)
+
+
+_placeholders: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def placeholder(device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A [1, 1] zero tensor for a kernel input that this call does not read (no bias, no
+    weight). Made once per device and dtype: a fresh one costs an allocation, and a new array
+    for the runner, on every call. Kernels only read their inputs, so sharing it is safe. Under
+    a dispatch mode (FakeTensorMode tracing a body, say) a tensor made now would belong to the
+    mode, so one is made for the call instead."""
+    if torch._C._len_torch_dispatch_stack():
+        return torch.zeros(1, 1, dtype=dtype, device=device)
+    key = (device, dtype)
+    t = _placeholders.get(key)
+    if t is None:
+        with torch.inference_mode(False), torch.no_grad():  # usable in and out of either
+            t = _placeholders[key] = torch.zeros(1, 1, dtype=dtype, device=device)
+    return t
 
 
 def check_float(name: str, t: torch.Tensor) -> None:

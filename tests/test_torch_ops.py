@@ -316,4 +316,4 @@ def test_library_op_names_are_reserved_for_the_library() -> None:
                if isinstance(v, CustomOpDef)}
     assert library == LIBRARY_OPS
     assert matmul.name == "matmul" and matmul._ops.base.startswith("matmul_")
-    assert matmul._ops.op._qualname == f"kernel_dsl::{matmul._ops.base}"
+    assert matmul._ops.op.name() == f"kernel_dsl::{matmul._ops.base}"

@@ -227,7 +227,7 @@ def check_route_picks_tpu_op() -> None:
     ops = dsl_kernels.add_where._ops
     (x, y), (xt, yt) = _tpu((16, 32), (16, 32))
     assert ops.route((xt, yt)) is ops.op and ops.route((x, y)) is ops.op
-    assert ops.op._qualname == f"kernel_dsl::{ops.base}"
+    assert ops.op.name() == f"kernel_dsl::{ops.base}"
     assert ops.tpu._qualname == f"kernel_dsl::{ops.base}_tpu"
     assert ops.tpu is ops.tpu_op(), "the tpu op is made once"
     torch._dynamo.reset()
