@@ -64,7 +64,7 @@ def engine_name(engine: str = "auto") -> str:
     return engine
 
 
-def _importer(mods: dict[str, types.ModuleType]) -> Callable[..., Any]:
+def _importer(mods: dict[str, Any]) -> Callable[..., Any]:  # modules, and `nki.dtype` (a class)
     def imp(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
             level: int = 0) -> Any:
         if level == 0 and (name == "nki" or name.startswith("nki.")):

@@ -59,15 +59,22 @@ def tensor(x: Any, where: str, role: str) -> NkiTensor:
     return x
 
 
-def placed(t: NkiTensor, where: str, role: str, allowed: tuple[str, ...], why: str = "") -> NkiTensor:
-    """`t` lives in one of the `allowed` memories (hbm means any HBM buffer)."""
+def placed(t: NkiTensor, where: str, role: str, allowed: tuple[str, ...], why: str = "",
+           engine_access: bool = True) -> NkiTensor:
+    """`t` lives in one of the `allowed` memories (hbm means any HBM buffer). The start-partition
+    rule binds compute engines only: a DMA (`engine_access=False`) may address any partition,
+    as AWS's kernels do (nki-library's cross_entropy writes one partition at a time)."""
     buf = "hbm" if t.buffer in ("hbm", "private_hbm", "shared_hbm") else t.buffer
     if buf not in allowed:
         names = " or ".join(a.upper() for a in allowed)
         raise NkiError(where, f"`{role}` is in {t.buffer.upper()}; it must be in {names}"
                        + (f" ({why})" if why else ""), "memory placement")
     if buf in ("sbuf", "psum"):
-        check_partitions(t, where, role)
+        if engine_access:
+            check_partitions(t, where, role)
+        elif t.shape[0] > PMAX:
+            raise NkiError(where, f"`{role}` spans {t.shape[0]} partitions; the hardware has "
+                           f"{PMAX}", "partition limit")
         if t.storage.alloc is not None:
             current().touch(t.storage.alloc)
     return t
@@ -102,6 +109,12 @@ def operator(o: Any, where: str, role: str, *, alu: bool = False, act: bool = Fa
         raise o.reject(where)
     if not isinstance(o, Op):
         raise NkiError(where, f"`{role}` must be an nl operator, got {o!r}", "operands")
+    if o.kind == "tile":
+        raise NkiError(where, f"`{role}={o!r}` is a tile-level nl function, not an instruction "
+                       "operator", "operands", f"call {o!r}(tile) instead")
+    if o.kind == "unmodelled":
+        raise NkiError(where, f"`{role}={o!r}` is not modelled by this interpreter",
+                       "not modelled")
     if alu and not o.alu:
         raise NkiError(where, f"`{role}={o!r}` is an activation function, not an ALU operator",
                        "operands", "use nisa.activation for it")

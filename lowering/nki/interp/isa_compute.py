@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from . import accumulators as accumulate
 from . import checks as ck
 from . import dtypes as dt
 from . import language as nl
@@ -125,13 +126,21 @@ def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = engine.unknown, 
         warnings.warn(TransposeExactnessWarning(
             f"{w}: TensorE transpose of NaN/Inf is not bit-exact on NeuronCore-v2"
             + (f"\n  at {kernel_line()}" if kernel_line() else "")), stacklevel=2)
-    d.view[...] = vals.reshape(d.shape)
+    d.arr[...] = vals.reshape(d.shape)
     if d.storage.mm_written is not None:
         d.mm_flags()[...] = on_pe
 
 
-def _alu_inputs_int32(*ts: NkiTensor) -> bool:
-    return all(t.dtype in (dt.int32, dt.uint32) for t in ts)
+def _native_int32(d: NkiTensor, a: NkiTensor, b: NkiTensor, eng: Any) -> bool:
+    """nisa.tensor_tensor docstring: when all tiles are int32/uint32 the op "defaults to GpSimd
+    Engine, which uses native integer arithmetic"; passing engine=vector overrides that, and the
+    dispatch "falls back to Vector Engine when any operand resides in PSUM". VectorE casts to
+    float32 like every arithmetic op."""
+    if not all(t.dtype in (dt.int32, dt.uint32) for t in (d, a, b)):
+        return False
+    if eng == ck.engine.vector or any(t.buffer == "psum" for t in (d, a, b)):
+        return False
+    return True
 
 
 def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any,
@@ -156,7 +165,7 @@ def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any,
         if not all(t.dtype.kind != "float" for t in (d, a, b)):
             raise NkiError(w, f"bitvec op {o!r} needs integer tiles", "dtypes")
         out = o.fn(a.raw().reshape(d.shape).astype(np.int64), b.raw().reshape(d.shape).astype(np.int64))
-    elif _alu_inputs_int32(d, a, b):  # GpSimd's native 32-bit integer arithmetic
+    elif _native_int32(d, a, b, engine):  # GpSimd's native 32-bit integer arithmetic
         out = o.fn(a.raw().reshape(d.shape).astype(np.int64), b.raw().reshape(d.shape).astype(np.int64))
     else:
         with np.errstate(all="ignore"):
@@ -219,6 +228,14 @@ def tensor_reduce(dst: NkiTensor, op: Any, data: NkiTensor, axis: Any, negate: b
     if d.shape[0] != s.shape[0] or d.free_size != kept:
         raise NkiError(w, f"`dst` {list(d.shape)} does not hold the reduction of {list(s.shape)} "
                        f"over axis={tuple(axes)} ({s.shape[0]} partitions x {kept})", "tensor shapes")
+    if o.kind == "bitvec":  # bit patterns, no float cast (nki.api.shared.rst: bitvec operators)
+        if s.dtype.kind == "float" or d.dtype.kind == "float":
+            raise NkiError(w, f"bitvec reduction {o!r} needs integer tiles", "dtypes")
+        if negate:
+            raise NkiError(w, "negate applies to arithmetic reductions only", "operands")
+        bits = o.fn.reduce(s.raw().astype(np.int64), axis=tuple(axes))
+        d.write(np.asarray(bits).reshape(d.shape))
+        return
     x = s.f32()
     with np.errstate(all="ignore"):
         if o is nl.subtract:
@@ -230,9 +247,12 @@ def tensor_reduce(dst: NkiTensor, op: Any, data: NkiTensor, axis: Any, negate: b
             reducer = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum,
                        "minimum": np.minimum, "logical_and": np.logical_and,
                        "logical_or": np.logical_or, "logical_xor": np.logical_xor}.get(o.name)
-            if reducer is None:
-                raise NkiError(w, f"reduction op {o!r} is outside the interpreted subset", "operands")
-            out = reducer.reduce(x, axis=tuple(axes)).astype(np.float32)
+            if o.name == "average":
+                out = x.mean(axis=tuple(axes), dtype=np.float32)
+            elif reducer is None:
+                raise NkiError(w, f"reduction op {o!r} is not modelled", "not modelled")
+            else:
+                out = reducer.reduce(x, axis=tuple(axes)).astype(np.float32)
     if negate:
         out = -out
     d.write(np.asarray(out).reshape(d.shape))
@@ -282,15 +302,7 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
     _range_warning(o, x, w)
     out = o.fn(x)
     d.write(out.reshape(d.shape))
-    if reduce_res is not None:
-        if reduce_op is not nl.add:
-            raise NkiError(w, f"reduce_op={reduce_op!r}; ScalarE reduces with nl.add", "operands")
-        r = ck.tensor(reduce_res, w, "reduce_res")
-        ck.placed(r, w, "reduce_res", ("sbuf", "psum"))
-        if r.shape[0] != s.shape[0] or r.free_size != 1:
-            raise NkiError(w, f"`reduce_res` is {list(r.shape)}; it must be ({s.shape[0]}, 1)",
-                           "operands")
-        r.write(out.reshape(s.shape[0], -1).sum(axis=1, dtype=np.float32).reshape(r.shape))
+    accumulate.scalar_engine(w, out, s, reduce_op, reduce_res, reduce_cmd)
 
 
 def reciprocal(dst: NkiTensor, data: NkiTensor, name: Any = None) -> None:
@@ -316,6 +328,8 @@ def exponential(dst: NkiTensor, src: NkiTensor, max_value: Any = 0.0, reduce_res
     m = ck.scalar_or_vector(max_value, s, w, "max_value")
     with np.errstate(all="ignore"):
         d.write(np.exp(s.f32().reshape(s.shape) - m).reshape(d.shape))
+    if reduce_res is not None or reduce_cmd != ck.reduce_cmd.idle:  # sum(dst) into the registers
+        accumulate.vector_engine(w, d.f32(), s, "add", reduce_res, reduce_cmd, reduce_init)
 
 
 def tensor_partition_reduce(dst: NkiTensor, op: Any, data: NkiTensor, name: Any = None) -> None:
@@ -325,18 +339,29 @@ def tensor_partition_reduce(dst: NkiTensor, op: Any, data: NkiTensor, name: Any 
     ck.placed(s, w, "data", ("sbuf",), "GpSimd cannot access PSUM")
     ck.placed(d, w, "dst", ("sbuf",), "GpSimd cannot access PSUM")
     o = ck.operator(op, w, "op", alu=True, reduce=True)
-    reducer = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}.get(o.name)
-    if reducer is None:
-        raise NkiError(w, f"op={o!r} is outside the interpreted subset", "operands")
     if d.shape[0] != 1 or d.free_size != s.free_size:
         raise NkiError(w, f"`dst` {list(d.shape)} must be (1, {s.free_size})", "tensor shapes")
-    d.write(reducer.reduce(s.f32().reshape(s.shape[0], -1), axis=0).reshape(d.shape))
+    # the documented operators: add, average, max (and min), bitwise_or, bitwise_and
+    if o.name in ("bitwise_or", "bitwise_and"):
+        if s.dtype.kind == "float":
+            raise NkiError(w, f"bitvec reduction {o!r} needs integer tiles", "dtypes")
+        res = o.fn.reduce(s.raw().reshape(s.shape[0], -1).astype(np.int64), axis=0)
+    elif o.name == "average":
+        res = s.f32().reshape(s.shape[0], -1).mean(axis=0, dtype=np.float32)
+    else:
+        reducer = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}.get(o.name)
+        if reducer is None:
+            raise NkiError(w, f"op={o!r} is not a partition-reduction operator", "operands",
+                           "use nl.add, nl.average, nl.maximum, nl.bitwise_or or nl.bitwise_and")
+        res = reducer.reduce(s.f32().reshape(s.shape[0], -1), axis=0)
+    d.write(np.asarray(res).reshape(d.shape))
 
 
 def _v4_only(instr: str) -> Any:
     def run(*args: Any, **kwargs: Any) -> None:
         ck.gen_at_least(4, f"nisa.{instr}", f"nisa.{instr}")
-        raise NkiError(f"nisa.{instr}", "outside the subset this interpreter runs", "program model")
+        raise NkiError(f"nisa.{instr}", "is not modelled by kernel_dsl's NKI interpreter",
+                       "not modelled", "run the kernel with AWS's nki.simulate")
 
     run.__name__ = instr
     return run

@@ -8,6 +8,7 @@ import numpy as np
 
 from . import checks as ck
 from . import dtypes as dt
+from . import language as nl
 from .checks import engine
 from .errors import NkiError
 from .language import Op
@@ -22,21 +23,27 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None, oob_mode: Any
     w = "nisa.dma_copy"
     d, s = ck.tensor(dst, w, "dst"), ck.tensor(src, w, "src")
     why = "DMA cannot read or write PSUM since NKI 0.3; evict PSUM with nisa.tensor_copy first"
-    ck.placed(s, w, "src", ("hbm", "sbuf"), why)
-    ck.placed(d, w, "dst", ("hbm", "sbuf"), why)
+    ck.placed(s, w, "src", ("hbm", "sbuf"), why, engine_access=False)
+    ck.placed(d, w, "dst", ("hbm", "sbuf"), why, engine_access=False)
     if d.size != s.size:
         raise NkiError(w, f"`src` {list(s.shape)} has {s.size} elements, `dst` {list(d.shape)} has "
                        f"{d.size}", "tensor shapes", "slice both to the same number of elements")
     if d.dtype is s.dtype:
-        d.view[...] = s.raw().reshape(-1).reshape(d.shape)
+        d.arr[...] = s.raw().reshape(-1).reshape(d.shape)
     else:
         d.write(s.f32().reshape(-1).reshape(d.shape))
 
 
-def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = engine.unknown, name: Any = None) -> None:
-    """On-chip copy (the PSUM eviction): bit-exact for equal dtypes, else cast through fp32."""
+def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = engine.unknown, name: Any = None,
+                dtype: Any = None) -> None:
+    """On-chip copy (the PSUM eviction): bit-exact for equal dtypes, else cast through fp32.
+    `dtype` (the older destination-dtype argument, still used by AWS's nki-samples) must be
+    dst's dtype: the destination decides the cast."""
     w = "nisa.tensor_copy"
     d, s = ck.tensor(dst, w, "dst"), ck.tensor(src, w, "src")
+    if dtype is not None and dtype is not d.dtype:
+        raise NkiError(w, f"dtype={dtype!r} differs from dst's {d.dtype!r}", "dtypes",
+                       "drop dtype=; the copy casts to dst's dtype")
     ck.placed(s, w, "src", ("sbuf", "psum"), "use nisa.dma_copy for HBM")
     ck.placed(d, w, "dst", ("sbuf", "psum"), "use nisa.dma_copy for HBM")
     ck.same_layout(d, s, w, "dst", "src")
@@ -46,7 +53,7 @@ def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = engine.unknown, na
         raise NkiError(w, "tensor_copy on the Scalar Engine is not supported on NeuronCore-v2",
                        "generation gates", "use nisa.activation(op=nl.copy)")
     if d.dtype is s.dtype:
-        d.view[...] = s.raw().reshape(d.shape)
+        d.arr[...] = s.raw().reshape(d.shape)
         if d.storage.mm_written is not None:
             d.mm_flags()[...] = False
     else:
@@ -94,10 +101,10 @@ def tensor_copy_predicated(dst: NkiTensor, src: Any, predicate: NkiTensor, rever
         if src.dtype is not d.dtype:
             raise NkiError(w, f"`src` is {src.dtype!r} and `dst` {d.dtype!r}", "dtypes",
                            "src and dst must share a dtype")
-        d.view[mask] = src.raw().reshape(d.shape)[mask]
+        d.arr[mask] = src.raw().reshape(d.shape)[mask]
     else:
         vals = np.full(d.shape, src, dtype=np.float64)
-        d.view[mask] = dt.to_storage(vals, d.dtype)[mask]
+        d.arr[mask] = dt.to_storage(vals, d.dtype)[mask]
 
 
 def _pattern(pattern: Any, t: NkiTensor, where: str) -> np.ndarray:
@@ -134,16 +141,15 @@ def iota(dst: NkiTensor, pattern: Any, offset: int = 0, channel_multiplier: int 
 
 
 def affine_select(dst: NkiTensor, pattern: Any, channel_multiplier: int, on_true_tile: NkiTensor,
-                  on_false_value: Any, cmp_op: Any = None, offset: int = 0, name: Any = None) -> None:
+                  on_false_value: Any, cmp_op: Any = nl.equal, offset: int = 0,
+                  name: Any = None) -> None:
     """`dst = on_true_tile` where `cmp_op(affine(p, i), 0)` holds, else `on_false_value`
-    (GpSimd: SBUF only)."""
+    (GpSimd: SBUF only). `cmp_op` defaults to nl.equal, as in the SDK's signature."""
     w = "nisa.affine_select"
     d, src = ck.tensor(dst, w, "dst"), ck.tensor(on_true_tile, w, "on_true_tile")
     ck.placed(d, w, "dst", ("sbuf",), "GpSimd cannot access PSUM")
     ck.placed(src, w, "on_true_tile", ("sbuf",), "GpSimd cannot access PSUM")
     ck.same_layout(d, src, w, "dst", "on_true_tile")
-    if cmp_op is None:
-        raise NkiError(w, "`cmp_op` is missing", "operands")
     op: Op = ck.operator(cmp_op, w, "cmp_op", alu=True)
     if not isinstance(on_false_value, (int, float, np.integer, np.floating)):
         raise NkiError(w, f"`on_false_value` must be a float32 scalar, got {on_false_value!r}",

@@ -1,10 +1,9 @@
 """The `nki.language` (nl) subset: buffers, dtypes, `nl.ndarray`, tile-size constants, program
 ids, and the operator tokens that `nki.isa` instructions take as `op=`.
 
-Tokens are not tile functions: `nl.add(a, b)` (an experimental tile-level wrapper on hardware) is
-outside what kernel_dsl emits, so calling one fails with a pointer to the `nisa` form. The
-operators the hardware lacks (`nl.divide`, `nl.fmod`, `nl.mod`) are rejected wherever they
-appear (notes/nki.md §2 and §7).
+A token is also the tile-level function of the same name: `nl.add(a, b)`, `nl.exp(t)` return a
+new SBUF tile (tile_lang.py; experimental wrappers in the SDK). The operators the hardware lacks
+(`nl.divide`, `nl.fmod`, `nl.mod`) are rejected wherever they appear (notes/nki.md §2 and §7).
 """
 from __future__ import annotations
 
@@ -17,6 +16,14 @@ from . import dtypes as _dt
 from .errors import NkiError
 from .state import PMAX, PSUM_BANK_BYTES, PSUM_BANKS, current
 from .tensor import DynSlice, NkiTensor, allocate, shared_output
+
+
+def _elementwise(op: Any, args: tuple[Any, ...], dtype: Any) -> Any:
+    """`nl.add(x, y)` and friends; tile_lang.py, which builds on this module, replaces this
+    on import (the package imports it), so the two modules do not import each other."""
+    raise NkiError(f"nl.{op.name}", "the function layer is not loaded", "interpreter",
+                   "import kernel_dsl.lowering.nki.interp")
+
 
 # -- memories --------------------------------------------------------------------------------
 sbuf = "sbuf"
@@ -33,6 +40,10 @@ float16 = _dt.float16
 float8_e4m3 = _dt.float8_e4m3
 float8_e4m3fn = _dt.float8_e4m3fn
 float8_e5m2 = _dt.float8_e5m2
+float8_e8m0fnu = _dt.float8_e8m0fnu
+float8_e4m3fn_x4 = _dt.float8_e4m3fn_x4
+float8_e5m2_x4 = _dt.float8_e5m2_x4
+float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 int8 = _dt.int8
 int16 = _dt.int16
 int32 = _dt.int32
@@ -43,11 +54,27 @@ bool_ = _dt.bool_
 
 
 class NKIObject:
-    """Base class of the classes a kernel may define (the compiler rejects any other class)."""
+    """Base class of the classes a kernel may define (the compiler rejects any other class).
+
+    Keyword arguments set attributes. A subclass's plain class attributes (`x = None`, without
+    an annotation) also become dataclass fields if it is decorated with `@dataclass`: AWS's
+    nki-library builds such classes with keywords (`SectionParams(section_idx=...)` in
+    attention_cte), which plain Python dataclasses would reject.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         for k, v in kwargs.items():
             setattr(self, k, v)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        notes = dict(cls.__dict__.get("__annotations__", {}))
+        for k, v in list(cls.__dict__.items()):
+            if k.startswith("__") or k in notes or callable(v) or isinstance(
+                    v, (property, classmethod, staticmethod, list, dict, set)):
+                continue
+            notes[k] = "Any"
+        cls.__annotations__ = notes
 
 
 # -- operator tokens -------------------------------------------------------------------------
@@ -55,7 +82,8 @@ class Op:
     """An operator for `op=` / `op0=` / `cmp_op=` arguments.
 
     `kind`: "arith" (ALU arithmetic, float32 math), "bitvec" (integer bit patterns),
-    "act" (ScalarE activation only). `act`/`alu` say where the token is accepted.
+    "act" (ScalarE activation only), "tile" (a tile-level nl function only, no instruction
+    operator). `act`/`alu` say where the token is accepted.
     """
 
     def __init__(self, name: str, kind: str, fn: Callable[..., np.ndarray], *, alu: bool = True,
@@ -74,10 +102,8 @@ class Op:
     def __repr__(self) -> str:
         return f"nl.{self.name}"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise NkiError(f"nl.{self.name}(...)", "tile-level nl functions are outside the subset "
-                       "this interpreter runs", "program model",
-                       f"use a nisa instruction with op=nl.{self.name} (e.g. nisa.tensor_tensor)")
+    def __call__(self, *args: Any, dtype: Any = None) -> Any:
+        return _elementwise(self, args, dtype)
 
 
 class RejectedOp:
@@ -172,6 +198,48 @@ silu = Op("silu", "act", _f(lambda x: x * _sigmoid(x)), alu=False, act=True, una
 softplus = Op("softplus", "act", _f(lambda x: np.logaddexp(0.0, x)), alu=False, act=True,
               unary=True)
 
+# more activation functions (nki.api.shared.rst, "Supported Activation Functions"); the formulas
+# are the standard definitions of the named functions (the SDK gives only the names).
+_K_TANH = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_dx(x: np.ndarray) -> np.ndarray:
+    cdf = 0.5 * (1.0 + _erf(x / math.sqrt(2.0)))
+    return cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def _gelu_sig_dx(x: np.ndarray) -> np.ndarray:
+    s = _sigmoid(1.702 * x)
+    return s + 1.702 * x * s * (1.0 - s)
+
+
+gelu_apprx_tanh = Op("gelu_apprx_tanh", "act", _f(
+    lambda x: 0.5 * x * (1.0 + np.tanh(_K_TANH * (x + 0.044715 * x ** 3)))),
+    alu=False, act=True, unary=True)
+gelu_apprx_sigmoid = Op("gelu_apprx_sigmoid", "act", _f(lambda x: x * _sigmoid(1.702 * x)),
+                        alu=False, act=True, unary=True)
+gelu_dx = Op("gelu_dx", "act", _f(_gelu_dx), alu=False, act=True, unary=True)
+gelu_apprx_sigmoid_dx = Op("gelu_apprx_sigmoid_dx", "act", _f(_gelu_sig_dx), alu=False, act=True,
+                           unary=True)
+silu_dx = Op("silu_dx", "act", _f(lambda x: _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x)))),
+             alu=False, act=True, unary=True)
+mish = Op("mish", "act", _f(lambda x: x * np.tanh(np.logaddexp(0.0, x))), alu=False, act=True,
+          unary=True)
+erf_dx = Op("erf_dx", "act", _f(lambda x: 2.0 / math.sqrt(math.pi) * np.exp(-x * x)), alu=False,
+            act=True, unary=True)
+# tile-level functions with no instruction-operator form
+cos = Op("cos", "tile", _f(np.cos), alu=False, unary=True)
+tan = Op("tan", "tile", _f(np.tan), alu=False, unary=True)
+ceil = Op("ceil", "tile", _f(np.ceil), alu=False, unary=True)
+floor = Op("floor", "tile", _f(np.floor), alu=False, unary=True)
+trunc = Op("trunc", "tile", _f(np.trunc), alu=False, unary=True)
+logical_not = Op("logical_not", "tile", _f(lambda x: (x == 0).astype(np.float32)), alu=False,
+                 unary=True)
+# `average` is a reduction operator (mean); `bypass` passes data through (SDK activate2 docs)
+average = Op("average", "arith", lambda a, b: (a + b) / 2, alu=True, reduce=True)
+bypass = Op("bypass", "arith", lambda a: a, unary=True)
+prelu = Op("prelu", "unmodelled", _f(lambda x: x), alu=False, act=True, unary=True)  # needs relu_param
+
 divide = RejectedOp("divide", "multiply by the reciprocal: nisa.reciprocal(dst=r, data=y), then "
                     "nisa.tensor_tensor(dst=out, data1=x, data2=r, op=nl.multiply)")
 fmod = RejectedOp("fmod", "compute x - y * floor(x / y) with supported operators")
@@ -181,12 +249,9 @@ mod = RejectedOp("mod", "compute x - y * floor(x / y) with supported operators")
 # -- tensors ---------------------------------------------------------------------------------
 def ndarray(shape: Any, dtype: Any, buffer: Any = sbuf, name: str = "", address: Any = None) -> NkiTensor:
     """A new, uninitialized tensor (the interpreter fills it with NaN, or 4 for integers)."""
-    if address is not None:
-        raise NkiError("nl.ndarray", "manual addresses are outside the interpreted subset",
-                       "program model")
     if buffer == shared_hbm:
         return shared_output(shape, dtype, name)
-    return allocate(shape, dtype, buffer, name)
+    return allocate(shape, dtype, buffer, name, address)
 
 
 def ds(start: int, size: int) -> DynSlice:
@@ -212,6 +277,7 @@ def _range(start: int, stop: int | None = None, step: int = 1) -> range:
 
 
 affine_range = sequential_range = static_range = _range
+range_ = _range  # `nl.range`: not in the SDK's API reference, but AWS's nki-library loops with it
 
 
 class _TileSize:
@@ -233,6 +299,16 @@ class _TileSize:
         return current().target.sbuf_bytes
 
     @property
+    def total_available_sbuf_size(self) -> int:
+        """Usable SBUF bytes per partition (deprecated alias of sbuf_fmax_bytes in the SDK)."""
+        return current().target.sbuf_bytes
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        """Total SBUF bytes over all partitions."""
+        return current().target.sbuf_bytes * PMAX
+
+    @property
     def sbuf_fmax(self) -> int:
         return current().target.sbuf_bytes // 4
 
@@ -242,6 +318,7 @@ tile_size = _TileSize()
 __all__ = [
     "sbuf", "psum", "hbm", "private_hbm", "shared_hbm",
     "float32", "tfloat32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+    "float8_e8m0fnu", "float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4",
     "int8", "int16", "int32", "uint8", "uint16", "uint32", "bool_",
     "NKIObject", "NkiTensor", "ndarray", "ds", "program_id", "num_programs",
     "affine_range", "sequential_range", "static_range", "tile_size",
@@ -250,5 +327,7 @@ __all__ = [
     "abs_max", "abs_min", "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift",
     "right_shift", "abs", "square", "relu", "rsqrt", "reciprocal", "copy", "exp", "log", "sqrt",
     "tanh", "sigmoid", "sin", "arctan", "sign", "erf", "gelu", "silu", "softplus",
-    "divide", "fmod", "mod",
+    "gelu_apprx_tanh", "gelu_apprx_sigmoid", "gelu_dx", "gelu_apprx_sigmoid_dx", "silu_dx",
+    "mish", "erf_dx", "cos", "tan", "ceil", "floor", "trunc", "logical_not", "average", "bypass",
+    "prelu", "divide", "fmod", "mod",
 ]

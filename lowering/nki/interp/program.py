@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from enum import Enum
 from typing import Any, Callable
 
 import numpy as np
@@ -18,8 +19,9 @@ import torch
 
 from kernel_dsl.lowering.numpy_views import numpy_view
 
+from . import dtypes as dt
 from .errors import NkiError
-from .language import NKIObject
+from .language import NKIObject, Op
 from .state import Context, launch_context, target_from_env
 from .tensor import NkiTensor, wrap_argument
 
@@ -49,8 +51,9 @@ def check_source(fn: Callable[..., Any]) -> None:
         raise _fail(fn, fdef, "the signature uses `*`, `*args` or `**kwargs`",
                     "kernel parameters are plain positional parameters")
     for node in ast.walk(fdef):
-        if isinstance(node, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
-            raise _fail(fn, node, "`is` / `is not` is outside NKI's Python subset", "compare with ==")
+        # `is` / `is not` are allowed: the migration guide lists them as banned, but AWS's own
+        # current-dialect kernels use them (`if bias is not None`), so the check would be stricter
+        # than the compiler AWS ships against.
         if isinstance(node, ast.Dict) and any(
                 k is not None and not (isinstance(k, ast.Constant) and isinstance(k.value, str))
                 for k in node.keys):
@@ -70,15 +73,16 @@ def _is_shared_alloc(node: ast.AST) -> bool:
 
 
 def _check_outputs_at_top_level(fn: Callable[..., Any], fdef: ast.AST) -> None:
-    """`err_shared_hbm_must_in_kernel_level`: outputs are allocated in the kernel body itself."""
-    top = {id(n) for stmt in fdef.body  # type: ignore[attr-defined]
-           if not isinstance(stmt, (ast.For, ast.While, ast.If, ast.With, ast.Try,
-                                    ast.FunctionDef, ast.AsyncFunctionDef))
-           for n in ast.walk(stmt)}
+    """`err_shared_hbm_must_in_kernel_level`: outputs are allocated in the kernel body, not in a
+    loop or nested function. An `if`/`with`/`try` is fine: AWS's nki-library allocates optional
+    outputs under `if cache_softmax:` (attention_cte)."""
+    nested = (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    inside = {id(n) for node in ast.walk(fdef) if node is not fdef and isinstance(node, nested)
+              for n in ast.walk(node)}
     for node in ast.walk(fdef):
-        if _is_shared_alloc(node) and id(node) not in top:
-            raise _fail(fn, node, "an nl.shared_hbm output is allocated inside a loop, branch or "
-                        "nested function", "allocate outputs at the top level of the kernel body")
+        if _is_shared_alloc(node) and id(node) in inside:
+            raise _fail(fn, node, "an nl.shared_hbm output is allocated inside a loop or nested "
+                        "function", "allocate outputs at the top level of the kernel body (an `if` is fine)")
 
 
 def _check_arg(name: str, a: Any) -> None:
@@ -90,9 +94,11 @@ def _check_arg(name: str, a: Any) -> None:
     if isinstance(a, tuple):
         for i, x in enumerate(a):
             _check_arg(f"{name}[{i}]", x)
-    elif not isinstance(a, (*_SCALARS, np.ndarray, NKIObject, tuple, dict)) and not _is_torch(a):
+    elif not isinstance(a, (*_SCALARS, np.ndarray, NKIObject, tuple, dict, dt.DType, Op, Enum)) \
+            and not _is_torch(a):
         raise NkiError("launch", f"argument `{name}` is a {type(a).__name__}", "program model",
-                       "pass arrays, numbers, strings, tuples or NKIObject instances")
+                       "pass arrays, numbers, strings, dtypes, operators, enum members, tuples "
+                       "or NKIObject instances")
 
 
 def _is_torch(a: Any) -> bool:
@@ -123,7 +129,7 @@ class Kernel:
         return Launch(self, grid)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return Launch(self, 1)(*args, **kwargs)
+        return _plain(self)(*args, **kwargs)
 
     def check(self) -> None:
         if not self._checked:
@@ -148,6 +154,7 @@ class Launch:
                            "inside the kernel")
         self.kernel = kernel
         self.grid = int(g)
+        self.grid_ndim = 1  # kernel[g](...); a plain kernel(...) call sets 0 (no grid)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         k = self.kernel
@@ -165,7 +172,7 @@ class Launch:
         shared: list[NkiTensor] = []
         result: Any = None
         for pid in range(self.grid):
-            ctx = Context(target, pid, self.grid, shared)
+            ctx = Context(target, pid, self.grid, shared, grid_ndim=self.grid_ndim)
             with launch_context(ctx):
                 out = k.func(*wrapped)
             ctx.check_budgets()
@@ -173,20 +180,31 @@ class Launch:
         return _from_outputs(result, torch_out)
 
 
+def _plain(k: Kernel) -> Launch:
+    launch = Launch(k, 1)
+    launch.grid_ndim = 0
+    return launch
+
+
 def _check_outputs(k: Kernel, out: Any) -> Any:
+    """Outputs are nl.shared_hbm tensors the kernel allocates, or HBM tensors it was passed and
+    wrote into (the `*_tkg` kernels of AWS's nki-library take their outputs as arguments)."""
     outs = out if isinstance(out, tuple) else (out,)
     for i, o in enumerate(outs):
-        if not isinstance(o, NkiTensor) or o.buffer != "shared_hbm" or o.storage.origin != "kernel":
+        ok = isinstance(o, NkiTensor) and (
+            (o.buffer == "shared_hbm" and o.storage.origin == "kernel")
+            or (o.storage.origin == "argument"))
+        if not ok:
             raise NkiError(f"kernel `{k.__name__}`", f"return value #{i} is "
-                           f"{o!r}; outputs are nl.shared_hbm tensors the kernel allocates and "
-                           "returns", "program model",
+                           f"{o!r}; outputs are nl.shared_hbm tensors the kernel allocates (or "
+                           "HBM tensors passed in as arguments) and returns", "program model",
                            "out = nl.ndarray(shape, dtype=..., buffer=nl.shared_hbm); ...; return out")
     return out
 
 
 def _from_outputs(out: Any, torch_out: bool) -> Any:
     def conv(t: NkiTensor) -> Any:
-        arr = np.array(t.storage.array)
+        arr = np.array(t.arr)  # the returned view, with the view's shape
         if t.dtype.kind == "bool":
             arr = arr.astype(np.bool_)
         if not torch_out:
@@ -211,7 +229,7 @@ def simulate(kernel: Any) -> Callable[..., Any]:
     if isinstance(kernel, Launch):
         return kernel
     if isinstance(kernel, Kernel):
-        return Launch(kernel, 1)
+        return _plain(kernel)
     if callable(kernel):
-        return Launch(Kernel(kernel), 1)
+        return _plain(Kernel(kernel))
     raise TypeError(f"nki.simulate needs a kernel, got {kernel!r}")

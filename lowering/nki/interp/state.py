@@ -76,6 +76,16 @@ class Context:
     shared_next: int = 0
     clock: int = 0
     allocations: list[Allocation] = field(default_factory=list)
+    grid_ndim: int = 0  # nl.program_ndim(): 1 for kernel[g](...), 0 for a plain call
+    accumulators: dict[str, Any] = field(default_factory=dict)  # engine reduction registers
+
+    def accumulator(self, engine: str) -> Any:
+        """An engine's 128 per-partition reduction registers (NaN: never started)."""
+        import numpy as np
+
+        if engine not in self.accumulators:
+            self.accumulators[engine] = np.full(PMAX, np.nan, dtype=np.float32)
+        return self.accumulators[engine]
 
     def limit(self, buffer: str) -> int:
         return self.target.sbuf_bytes if buffer == "sbuf" else PSUM_BANKS

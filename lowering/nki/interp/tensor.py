@@ -14,7 +14,8 @@ import numpy as np
 
 from . import dtypes as dt
 from .errors import NkiError
-from .state import PMAX, Allocation, current
+from .state import PMAX, PSUM_BANK_BYTES, PSUM_BANKS, Allocation, current
+from .views import ViewMethods
 
 HBM_BUFFERS = ("hbm", "private_hbm", "shared_hbm")
 ON_CHIP = ("sbuf", "psum")
@@ -52,13 +53,18 @@ def _fill_value(dtype: dt.DType) -> Any:
     return np.nan if dtype.is_float else 4
 
 
-def allocate(shape: Any, dtype: Any, buffer: str, name: str = "") -> NkiTensor:
-    """A new tensor filled with sentinels; on-chip ones are counted against the budgets."""
+def allocate(shape: Any, dtype: Any, buffer: str, name: str = "", address: Any = None) -> NkiTensor:
+    """A new tensor filled with sentinels; on-chip ones are counted against the budgets.
+
+    With a manual `address=(partition, free_byte_offset)` the tensor still gets storage of its
+    own, as in AWS's simulator (which models no aliasing): the address is checked against the
+    memory's bounds (and PSUM's 2 KiB banks) and the tensor is left out of the live-bytes budget,
+    because a manual allocator reuses addresses on purpose."""
     if not isinstance(dtype, dt.DType):
         raise NkiError("nl.ndarray", f"dtype {dtype!r} is not an NKI dtype", "dtypes",
                        "pass nl.float32, nl.bfloat16, nl.int32, ...")
-    if isinstance(shape, list):
-        raise NkiError("nl.ndarray", "shape is a list", "program model", "pass a tuple")
+    if dtype.kind == "packed":
+        raise dt.not_modelled(dtype)
     shape = tuple(int(s) for s in shape)
     if not shape or any(s < 1 for s in shape):
         raise NkiError("nl.ndarray", f"shape {shape} needs positive sizes", "tensor shapes")
@@ -79,9 +85,28 @@ def allocate(shape: Any, dtype: Any, buffer: str, name: str = "") -> NkiTensor:
                        "use nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm")
     array = np.full(shape, _fill_value(dtype), dtype=dtype.storage)
     st = Storage(array, dtype, buffer, name)
-    if buffer in ON_CHIP:
-        st.alloc = current().allocate(buffer, name, shape, math.prod(shape[1:]) * dtype.itemsize)
+    row_bytes = math.prod(shape[1:]) * dtype.itemsize
+    if buffer in ON_CHIP and address is not None:
+        _check_address(address, shape, row_bytes, buffer)
+    elif buffer in ON_CHIP:
+        st.alloc = current().allocate(buffer, name, shape, row_bytes)
     return NkiTensor(st, array, 0)
+
+
+def _check_address(address: Any, shape: tuple[int, ...], row_bytes: int, buffer: str) -> None:
+    w = "nl.ndarray"
+    try:
+        part, off = (int(a) for a in address)
+    except (TypeError, ValueError):
+        raise NkiError(w, f"address {address!r} is not (partition, free_byte_offset)",
+                       "program model") from None
+    limit = current().target.sbuf_bytes if buffer == "sbuf" else PSUM_BANKS * PSUM_BANK_BYTES
+    if part < 0 or part + shape[0] > PMAX or off < 0 or off + row_bytes > limit:
+        raise NkiError(w, f"{buffer} address {address} for {list(shape)} leaves the memory "
+                       f"({PMAX} partitions x {limit} bytes)", "memory budget")
+    if buffer == "psum" and off % PSUM_BANK_BYTES:
+        raise NkiError(w, f"PSUM address offset {off} is not on a 2 KiB bank boundary",
+                       "memory placement")
 
 
 def shared_output(shape: Any, dtype: Any, name: str = "") -> NkiTensor:
@@ -142,22 +167,30 @@ def _index_entry(e: Any, n: int, dim: int, where: str) -> int | slice:
                    "index with ints, slices, nl.ds(start, size) or ...")
 
 
-class NkiTensor:
+class NkiTensor(ViewMethods):
     """A view of a `Storage`. `part_start` is the first partition of an on-chip view."""
 
-    def __init__(self, storage: Storage, view: np.ndarray, part_start: int):
+    def __init__(self, storage: Storage, view: np.ndarray, part_start: int,
+                 dtype: dt.DType | None = None):
         self.storage = storage
-        self.view = view
+        self.arr = view  # the NumPy view of storage.array (or of its bytes, reinterpreted)
         self.part_start = part_start
+        self._dtype = dtype  # set when the view reinterprets its storage (.view / .ap(dtype=))
+
+    def _derive(self, view: np.ndarray, part: int | None = None,
+                dtype: dt.DType | None = None) -> NkiTensor:
+        """Another view of the same storage (keeping a reinterpreted dtype)."""
+        return NkiTensor(self.storage, view, self.part_start if part is None else part,
+                         dtype or self._dtype)
 
     # -- properties --------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.view.shape)
+        return tuple(self.arr.shape)
 
     @property
     def dtype(self) -> dt.DType:
-        return self.storage.dtype
+        return self._dtype or self.storage.dtype
 
     @property
     def buffer(self) -> str:
@@ -169,11 +202,11 @@ class NkiTensor:
 
     @property
     def ndim(self) -> int:
-        return self.view.ndim
+        return self.arr.ndim
 
     @property
     def size(self) -> int:
-        return int(self.view.size)
+        return int(self.arr.size)
 
     @property
     def on_chip(self) -> bool:
@@ -220,7 +253,7 @@ class NkiTensor:
         elif all(isinstance(e, int) for e in entries):
             last = entries[-1]
             entries[-1] = slice(last, last + 1, 1)  # HBM views stay at least 1-D
-        return NkiTensor(self.storage, self.view[tuple(entries)], part)
+        return self._derive(self.arr[tuple(entries)], part)
 
     def permute(self, dims: Any) -> NkiTensor:
         """Reordered dims; on-chip the partition dim stays first."""
@@ -230,7 +263,7 @@ class NkiTensor:
         if self.on_chip and dims[0] != 0:
             raise NkiError("permute", f"{dims} moves the partition dim of an on-chip tensor",
                            "tensor views", "keep dim 0 first: permute((0, ...))")
-        return NkiTensor(self.storage, self.view.transpose(dims), self.part_start)
+        return self._derive(self.arr.transpose(dims))
 
     def broadcast(self, dim: int, size: int) -> NkiTensor:
         """A size-1 dim repeated `size` times (stride 0); never the partition dim on-chip."""
@@ -242,7 +275,7 @@ class NkiTensor:
             raise NkiError("broadcast", f"dim {dim} has size {self.shape[dim]}, not 1", "tensor views")
         shape = list(self.shape)
         shape[dim] = int(size)
-        return NkiTensor(self.storage, np.broadcast_to(self.view, shape), self.part_start)
+        return self._derive(np.broadcast_to(self.arr, shape))
 
     def reshape(self, shape: Any) -> NkiTensor:
         """A view with another shape over contiguous elements (the partition dim kept on-chip)."""
@@ -256,61 +289,23 @@ class NkiTensor:
         if self.on_chip and not 2 <= len(shape) <= MAX_DIMS:
             raise NkiError("reshape", f"an on-chip view of {len(shape)} dims", "tensor shapes",
                            f"on-chip views have 2 to {MAX_DIMS} dims")
-        inner = self.view[0] if self.on_chip else self.view
+        inner = self.arr[0] if self.on_chip else self.arr
         if not inner.flags.c_contiguous:
             raise NkiError("reshape", "the view is not contiguous", "tensor views")
-        return NkiTensor(self.storage, self.view.reshape(shape), self.part_start)
-
-    def ap(self, pattern: Any, offset: int = 0, **kwargs: Any) -> NkiTensor:
-        """An explicit access pattern `[[stride, count], ...]` over the *storage* (not this view).
-
-        On-chip, the first pair addresses partitions and its stride must be the storage's
-        elements per partition.
-        """
-        if kwargs:
-            raise NkiError(".ap", f"options {sorted(kwargs)} are outside the interpreted subset",
-                           "program model")
-        pairs = [(int(s), int(c)) for s, c in pattern]
-        if not pairs or any(c < 1 for _, c in pairs):
-            raise NkiError(".ap", f"pattern {pattern} needs counts >= 1", "tensor views")
-        flat = self.storage.array.reshape(-1)
-        lo = offset + sum(s * (c - 1) for s, c in pairs if s < 0)
-        hi = offset + sum(s * (c - 1) for s, c in pairs if s > 0)
-        if lo < 0 or hi >= flat.size:
-            raise NkiError(".ap", f"pattern {pattern} with offset {offset} reaches elements "
-                           f"{lo}..{hi} of a storage of {flat.size}", "out-of-bounds access")
-        part = 0
-        if self.on_chip:
-            row = math.prod(self.storage.array.shape[1:])
-            if pairs[0][0] != row:
-                raise NkiError(".ap", f"the partition pair [{pairs[0][0]}, {pairs[0][1]}] must "
-                               f"have stride {row} (elements per partition of the storage)",
-                               "tensor views", "on-chip patterns start with [storage_free, n]")
-            if len(pairs) - 1 > 4:
-                raise NkiError(".ap", "more than 4 free dims", "tensor views")
-            part, col = divmod(offset, row)
-            span_hi = col + sum(s * (c - 1) for s, c in pairs[1:] if s > 0)
-            span_lo = col + sum(s * (c - 1) for s, c in pairs[1:] if s < 0)
-            if span_lo < 0 or span_hi >= row or part + pairs[0][1] > self.storage.array.shape[0]:
-                raise NkiError(".ap", f"pattern {pattern} with offset {offset} leaves the "
-                               "storage's partitions or rows", "out-of-bounds access")
-        item = flat.itemsize
-        view = np.lib.stride_tricks.as_strided(flat[offset:], shape=[c for _, c in pairs],
-                                               strides=[s * item for s, _ in pairs])
-        return NkiTensor(self.storage, view, part)
+        return self._derive(self.arr.reshape(shape))
 
     # -- data (the interpreter's own accessors) ----------------------------------------------
     def f32(self) -> np.ndarray:
         """Values as engines read them: converted to float32."""
-        return self.view.astype(np.float32)
+        return self.arr.astype(np.float32)
 
     def raw(self) -> np.ndarray:
-        return self.view
+        return self.arr
 
     def write(self, values: np.ndarray, *, matmul: bool = False) -> None:
         """Stores engine results, rounding to the storage dtype. A non-matmul write to PSUM ends
         any accumulation group there."""
-        self.view[...] = np.asarray(dt.to_storage(values, self.dtype)).reshape(self.view.shape)
+        self.arr[...] = np.asarray(dt.to_storage(values, self.dtype)).reshape(self.arr.shape)
         if self.storage.mm_written is not None:
             self.mm_flags()[...] = matmul
 
@@ -318,18 +313,18 @@ class NkiTensor:
         """The matmul-written flags of this PSUM view (same geometry as `view`)."""
         st = self.storage
         assert st.mm_written is not None
-        offset = self.view.__array_interface__["data"][0] - st.array.__array_interface__["data"][0]
+        offset = self.arr.__array_interface__["data"][0] - st.array.__array_interface__["data"][0]
         item = st.array.itemsize
         flat = st.mm_written.reshape(-1)
         return np.lib.stride_tricks.as_strided(
-            flat[offset // item:], shape=self.view.shape,
-            strides=[s // item * flat.itemsize for s in self.view.strides])
+            flat[offset // item:], shape=self.arr.shape,
+            strides=[s // item * flat.itemsize for s in self.arr.strides])
 
     def free_byte_span(self) -> tuple[int, int]:
         """[first, last+1) bytes this view touches within one partition row of its storage."""
         st = self.storage.array
         row = math.prod(st.shape[1:]) * st.itemsize
-        offset = self.view.__array_interface__["data"][0] - st.__array_interface__["data"][0]
+        offset = self.arr.__array_interface__["data"][0] - st.__array_interface__["data"][0]
         lo = offset - self.part_start * row
-        hi = lo + sum((n - 1) * s for n, s in zip(self.view.shape[1:], self.view.strides[1:]))
+        hi = lo + sum((n - 1) * s for n, s in zip(self.arr.shape[1:], self.arr.strides[1:]))
         return lo, hi + st.itemsize
