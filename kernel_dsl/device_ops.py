@@ -139,6 +139,16 @@ class TileValue:
     def __rand__(self, o: Any) -> "TileValue": return binary("and", o, self)
     def __or__(self, o: Any) -> "TileValue": return binary("or", self, o)
     def __ror__(self, o: Any) -> "TileValue": return binary("or", o, self)
+    def __xor__(self, o: Any) -> "TileValue": return binary("xor", self, o)
+    def __rxor__(self, o: Any) -> "TileValue": return binary("xor", o, self)
+    def __lshift__(self, o: Any) -> "TileValue": return binary("shl", self, o)
+    def __rlshift__(self, o: Any) -> "TileValue": return binary("shl", o, self)
+    def __rshift__(self, o: Any) -> "TileValue": return binary("shr", self, o)
+    def __rrshift__(self, o: Any) -> "TileValue": return binary("shr", o, self)
+    def __floordiv__(self, o: Any) -> "TileValue": return binary("floordiv", self, o)
+    def __rfloordiv__(self, o: Any) -> "TileValue": return binary("floordiv", o, self)
+    def __mod__(self, o: Any) -> "TileValue": return binary("mod", self, o)
+    def __rmod__(self, o: Any) -> "TileValue": return binary("mod", o, self)
     def __lt__(self, o: Any) -> "TileValue": return binary("lt", self, o)  # type: ignore[override]
     def __le__(self, o: Any) -> "TileValue": return binary("le", self, o)  # type: ignore[override]
     def __gt__(self, o: Any) -> "TileValue": return binary("gt", self, o)  # type: ignore[override]
@@ -217,6 +227,9 @@ class TileValue:
         return subscript(self, idx)
 
     def __getattr__(self, name: str) -> Any:
+        method = METHODS.get(name)  # torch methods defined in device_math.py
+        if method is not None:
+            return lambda *args, **kwargs: method(self, *args, **kwargs)
         raise UnsupportedOpError(f"`.{name}` is not supported on tiles in device code", user_loc(),
                                  SUPPORTED_HINT)
 
@@ -228,8 +241,14 @@ class TileValue:
                                 "keep tiles inside the kernel function")
 
 
+# more torch-style tile methods by name, and the shift / `//` / `%` builders: device_math.py
+# registers them (it builds on this module)
+METHODS: dict[str, Any] = {}
+INT_BINARY: dict[str, Any] = {}
+
 SUPPORTED_HINT = ("device code supports arithmetic and comparisons, @ / torch.matmul / kd.dot, "
-                  "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, relu, maximum, minimum, where, "
+                  "exp, exp2, log, log1p, expm1, sqrt, rsqrt, tanh, sigmoid, abs, relu, floor, ceil, round, "
+                  "sign, maximum, minimum, where, masked_fill, & | ^ ~ << >> // %, "
                   "amax/amin/sum/mean(dim), .to(dtype), .T, [:, None] and kd.zeros/kd.full")
 
 
@@ -319,26 +338,37 @@ def _bshape(kind: str, *xs: TileValue) -> tuple[Dim, ...]:
     return shape
 
 
+SYMBOL = {"and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>", "floordiv": "//", "mod": "%"}
+
+
 def binary(kind: str, a: Any, b: Any) -> TileValue:
     (ta, tb), dt = _common(a, b)
+    if kind in ("floordiv", "mod") and dt in ("bf16", "f16"):  # composed: in f32, rounded once
+        return cast_v(binary(kind, cast_v(ta, "f32"), cast_v(tb, "f32")), dt)
     if kind == "div" and not dtypes.is_float(dt):
         ta, tb, dt = cast_v(ta, "f32"), cast_v(tb, "f32"), "f32"
-    if kind in ("and", "or") and dt != "bool":
-        raise DTypeError(f"`&`/`|` need bool tiles, got {dt}", user_loc(),
-                         "compare first, e.g. `(a > 0) & (b > 0)`")
+    if kind in ("and", "or", "xor") and dtypes.is_float(dt):
+        raise DTypeError(f"`{SYMBOL[kind]}` needs integer or bool tiles, got {dt}", user_loc(),
+                         "compare first for a mask, e.g. `(a > 0) & (b > 0)`, or cast to an int dtype")
+    if kind in ("shl", "shr", "floordiv", "mod"):  # torch's rules on top of the IR's ops
+        return INT_BINARY[kind](ta, tb, dt)
     out_dt = "bool" if kind in ("lt", "le", "gt", "ge", "eq", "ne") else dt
     return _emit(kind, [ta.v, tb.v], {}, _bshape(kind, ta, tb), out_dt)
 
 
-_FLOAT_UNARY = ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "erf")
+_FLOAT_UNARY = ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "erf",
+                "log1p", "expm1")
 
 
 def unary(kind: str, a: Any) -> TileValue:
     ta = _as_tile(a)
     if kind in _FLOAT_UNARY and not dtypes.is_float(ta.v.dtype):
         ta = cast_v(ta, "f32")
-    if kind == "not" and ta.v.dtype != "bool":
-        raise DTypeError("`~` needs a bool tile", user_loc(), "compare first, e.g. `~(a > 0)`")
+    if kind in ("floor", "ceil", "round") and not dtypes.is_float(ta.v.dtype):
+        return ta  # integers are already whole, as torch.floor returns them
+    if kind == "not" and dtypes.is_float(ta.v.dtype):
+        raise DTypeError(f"`~` needs a bool or integer tile, got {ta.v.dtype}", user_loc(),
+                         "compare first, e.g. `~(a > 0)`")
     return _emit(kind, [ta.v], {}, ta.v.shape, ta.v.dtype)
 
 

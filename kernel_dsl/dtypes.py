@@ -24,6 +24,9 @@ def to_ir(dtype: torch.dtype) -> str | None:
     return TORCH_TO_IR.get(dtype)
 
 
+INT_BITS = {"i32": 32, "i16": 16, "i8": 8, "u8": 8}
+
+
 def is_float(name: str) -> bool:
     return name in ("f32", "bf16", "f16")
 

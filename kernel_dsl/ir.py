@@ -20,8 +20,9 @@ ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 DTYPE_BITS = {"f32": 32, "bf16": 16, "f16": 16, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "bool": 8}
 
 UNARY_OPS = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not",
-             "relu", "sin", "cos", "erf")
-BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or")
+             "relu", "sin", "cos", "erf", "floor", "ceil", "round", "log1p", "expm1")
+BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor", "shl", "shr",
+              "floordiv", "mod")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_OPS = ("sum", "max", "min")
 # every other op kind; each has reference semantics in ir_verify and one rule per backend

@@ -6,6 +6,7 @@ from .ir import (
     ALL_DTYPES,
     BINARY_OPS,
     COMPARE_OPS,
+    FLOAT_DTYPES,
     REDUCE_OPS,
     STRUCTURAL_OPS,
     UNARY_OPS,
@@ -28,6 +29,21 @@ def _check_value(v: Value, defined: set[int], op: Op) -> None:
         _fail(op, f"{v!r} is used by `{op.kind}` but not defined before it in an enclosing region")
 
 
+INT_ONLY = ("shl", "shr", "floordiv", "mod")  # integer dtypes (not bool)
+NOT_FLOAT = ("and", "or", "xor", "not")
+FLOAT_ONLY = ("floor", "ceil", "round", "log1p", "expm1")
+
+
+def _check_dtypes(op: Op) -> None:
+    k, dts = op.kind, {v.dtype for v in op.operands}
+    if k in INT_ONLY and not dts <= {"i32", "i16", "i8", "u8"}:
+        _fail(op, f"`{k}` of {sorted(dts)}: integer operands only")
+    if k in NOT_FLOAT and dts & set(FLOAT_DTYPES):
+        _fail(op, f"`{k}` of float operands")
+    if k in FLOAT_ONLY and not dts <= set(FLOAT_DTYPES):
+        _fail(op, f"`{k}` of {sorted(dts)}: float operands only")
+
+
 def _check_op(op: Op, defined: set[int]) -> None:
     for v in op.operands:
         _check_value(v, defined, op)
@@ -35,6 +51,7 @@ def _check_op(op: Op, defined: set[int]) -> None:
     for r in op.results:
         if r.dtype not in ALL_DTYPES:
             _fail(op, f"{r!r} has unknown dtype {r.dtype}")
+    _check_dtypes(op)
     if k in UNARY_OPS or k == "cast" or k == "pad_fill":
         if op.result.shape != op.operands[0].shape:
             _fail(op, f"`{k}` changes shape")

@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import device_math as dm
 from .device_ops import (
     SUPPORTED_HINT,
     TileValue,
@@ -52,12 +53,25 @@ F = torch.nn.functional
 HANDLERS: dict[Any, Callable[..., Any]] = {
     torch.add: lambda a, b, alpha=1: add(a, b if alpha == 1 else binary("mul", b, alpha)),
     torch.sub: lambda a, b, alpha=1: binary("sub", a, b if alpha == 1 else binary("mul", b, alpha)),
-    torch.mul: _binary("mul"), torch.div: _binary("div"), torch.true_divide: _binary("div"),
+    torch.mul: _binary("mul"), torch.div: dm.div, torch.true_divide: _binary("div"),
     torch.pow: _binary("pow"), torch.maximum: _binary("max"), torch.minimum: _binary("min"),
     torch.lt: _binary("lt"), torch.le: _binary("le"), torch.gt: _binary("gt"),
     torch.ge: _binary("ge"), torch.eq: _binary("eq"), torch.ne: _binary("ne"),
-    torch.logical_and: _binary("and"), torch.logical_or: _binary("or"),
-    torch.logical_not: _unary("not"),
+    torch.logical_and: dm.logical("and"), torch.logical_or: dm.logical("or"),
+    torch.logical_xor: dm.logical("xor"), torch.logical_not: dm.logical_not,
+    # integers (docs/ir.md): bit ops, shifts, floor division and remainders
+    torch.bitwise_and: _binary("and"), torch.bitwise_or: _binary("or"),
+    torch.bitwise_xor: _binary("xor"), torch.bitwise_not: _unary("not"),
+    torch.bitwise_left_shift: _binary("shl"), torch.bitwise_right_shift: _binary("shr"),
+    torch.floor_divide: _binary("floordiv"), torch.remainder: _binary("mod"), torch.fmod: dm.fmod,
+    # rounding and other elementwise functions
+    torch.floor: _unary("floor"), torch.ceil: _unary("ceil"), torch.trunc: dm.trunc,
+    torch.fix: dm.trunc, torch.round: dm.round_,
+    torch.sign: dm.sign, torch.log1p: _unary("log1p"), torch.expm1: _unary("expm1"),
+    torch.special.log1p: _unary("log1p"), torch.special.expm1: _unary("expm1"),
+    torch.isnan: dm.isnan, torch.isinf: dm.isinf, torch.isfinite: dm.isfinite,
+    torch.masked_fill: dm.masked_fill, torch.clamp_min: _binary("max"),
+    torch.clamp_max: _binary("min"), F.softplus: dm.softplus, F.gelu: dm.gelu,
     torch.exp: _unary("exp"), torch.exp2: _unary("exp2"), torch.log: _unary("log"),
     torch.sqrt: _unary("sqrt"), torch.rsqrt: _unary("rsqrt"), torch.tanh: _unary("tanh"),
     torch.sigmoid: _unary("sigmoid"), torch.abs: _unary("abs"), torch.neg: _unary("neg"),

@@ -26,10 +26,11 @@ from kernel_dsl.ir import Dim, KernelIR, Op, Region, TileVar, Value
 
 from .affine import Virtual
 
-ELEMENTWISE = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or",
-               "lt", "le", "gt", "ge", "eq", "ne", "where")
+ELEMENTWISE = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor", "shl", "shr",
+               "floordiv", "mod", "lt", "le", "gt", "ge", "eq", "ne", "where")
 SAME_LAYOUT = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not",
-               "relu", "sin", "cos", "erf", "cast", "pad_fill")
+               "relu", "sin", "cos", "erf", "floor", "ceil", "round", "log1p", "expm1", "cast",
+               "pad_fill")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ Division is `x * reciprocal(y)` (`nl.divide` is not supported on hardware); `exp
 `exp(x * ln 2)`; `-x` is `x * -1`. All engines compute in float32 and round at the destination,
 which is also the IR's semantics for f32 tiles; bf16/f16 tiles round once per op as torch does.
 
-Integer add/sub/mul/neg (and narrowing int casts) wrap around as in torch: see `int_arith`.
+Integer add/sub/mul/neg (and narrowing int casts) wrap around as in torch: see `int_arith`, which
+also runs the integer bit ops (& | ^ ~ << >>). `//`, `%` and the rounding functions have no NKI
+instruction: expand.py rewrites them into these ops before the writer runs.
 """
 from __future__ import annotations
 
@@ -20,9 +22,14 @@ from .names import SHORT
 from .writer import CMP, Operand, Tile, Writer, at
 
 ALU = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "max": "nl.maximum",
-       "min": "nl.minimum", "and": "nl.logical_and", "or": "nl.logical_or", "pow": "nl.power",
-       **CMP}
-COMMUTATIVE = {"add", "mul", "max", "min", "and", "or", "eq", "ne"}
+       "min": "nl.minimum", "and": "nl.logical_and", "or": "nl.logical_or",
+       "xor": "nl.logical_xor", "pow": "nl.power", **CMP}
+# integer ops on GpSimd's 32-bit integer ALU (int_arith); on integers and/or/xor are bitwise
+INT_ALU = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "and": "nl.bitwise_and",
+           "or": "nl.bitwise_or", "xor": "nl.bitwise_xor", "shl": "nl.left_shift",
+           "shr": "nl.right_shift"}
+COMMUTATIVE_INT = ("and", "or", "xor")  # exact on int32 copies: no wrap needed after them
+COMMUTATIVE = {"add", "mul", "max", "min", "and", "or", "xor", "eq", "ne"}
 ACTIVATION = {"exp": "nl.exp", "log": "nl.log", "sqrt": "nl.sqrt", "rsqrt": "nl.rsqrt",
               "tanh": "nl.tanh", "sigmoid": "nl.sigmoid", "abs": "nl.abs", "relu": "nl.relu",
               "sin": "nl.sin", "erf": "nl.erf"}
@@ -75,9 +82,10 @@ def int_arith(w: Writer, r: Value, kind: str, a: Tile, b: Tile) -> None:
     dst = res.name if res is not None else w.fresh(f"v{r.id}_i32")
     if res is None:
         w.alloc(dst, phys, "i32")
-    w.line(f"nisa.tensor_tensor(dst={dst}, data1={a.name}, data2={b.name}, op={ALU[kind]})")
+    w.line(f"nisa.tensor_tensor(dst={dst}, data1={a.name}, data2={b.name}, op={INT_ALU[kind]})")
     if res is None:
-        wrap_int32(w, dst, phys, r.dtype)
+        if kind not in COMMUTATIVE_INT and kind != "shr":  # bit ops and >> stay in range
+            wrap_int32(w, dst, phys, r.dtype)
         res = w.new_result(r)
         w.line(f"nisa.tensor_copy(dst={res.name}, src={dst})")
     w.define(r, res)
@@ -102,7 +110,7 @@ def binary(w: Writer, op: Op) -> None:
     r = op.result
     rc, ro = w.core(r), w.orient[r.id]
     a_v, b_v = op.operands
-    if op.kind in ("add", "sub", "mul") and r.dtype in ("i32", *INT_WRAP):
+    if op.kind in INT_ALU and r.dtype in ("i32", *INT_WRAP):
         a, b = int32_operand(w, a_v, rc, ro), int32_operand(w, b_v, rc, ro)
         return int_arith(w, r, op.kind, a, b)
     with at(w, a_v):
@@ -150,12 +158,13 @@ def unary(w: Writer, op: Op) -> None:
                                  "[-pi, pi] and the kernel's inputs are not range-reduced", op.loc,
                                  "use another backend for this kernel, or rewrite it with sin on a "
                                  "known range")
-    if k == "neg" and r.dtype in ("i32", *INT_WRAP):  # 0 - x, wrapping (-(-128) == -128)
+    if k in ("neg", "not") and r.dtype in ("i32", *INT_WRAP):
+        # -x is 0 - x, wrapping (-(-128) == -128); ~x is -1 - x (two's complement)
         rc = w.core(r)
-        zero = w.splat("0", rc.phys(ro), "i32")
+        first = w.splat("0" if k == "neg" else "-1", rc.phys(ro), "i32")
         with at(w, x):
             x32 = w.cast(src, "i32")
-        return int_arith(w, r, "sub", zero, x32)
+        return int_arith(w, r, "sub", first, x32)
     res = w.new_result(r)
     if k in ACTIVATION:
         w.line(f"nisa.activation(dst={res.name}, op={ACTIVATION[k]}, data={src.name})")
@@ -223,8 +232,8 @@ def broadcast(w: Writer, op: Op) -> None:
 
 
 RULES = {
-    **{k: binary for k in ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or",
-                           "lt", "le", "gt", "ge", "eq", "ne")},
+    **{k: binary for k in ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor",
+                           "shl", "shr", "lt", "le", "gt", "ge", "eq", "ne")},
     **{k: unary for k in ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs",
                           "not", "relu", "sin", "cos", "erf")},
     "cast": cast, "expand_dims": layout_only, "transpose": layout_only, "broadcast": broadcast,

@@ -15,6 +15,7 @@ from kernel_dsl.ir import KernelIR
 from .. import Generated
 from . import lower_elementwise, lower_matmul, lower_memory, lower_reduce
 from .emitter import Emitter
+from .expand import expand
 from .names import HBM_DTYPE, index, shape
 from .targets import TARGETS, Target
 from .writer import Rule, Writer
@@ -45,6 +46,7 @@ def write(ir: KernelIR, config: Config, target: str) -> tuple[Writer, list[str]]
     """The writer (with roles and the SBUF estimate) and the kernel body's lines."""
     tgt = target_of(target, ir)
     check_knobs(ir, config)
+    ir = expand(ir)  # `//`, `%`, rounding, log1p/expm1: no NKI instruction of their own
     blocks = block_values(ir, config)
     em = Emitter(indent=1)
     w = Writer(ir, blocks, tgt, em, RULES)

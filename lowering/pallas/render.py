@@ -18,12 +18,23 @@ UNARY = {"exp": "jnp.exp({})", "exp2": "jnp.exp2({})", "log": "jnp.log({})",
          "sqrt": "jnp.sqrt({})", "rsqrt": "jax.lax.rsqrt({})", "tanh": "jnp.tanh({})",
          "sigmoid": "jax.nn.sigmoid({})", "abs": "jnp.abs({})", "neg": "-{}",
          "not": "jnp.logical_not({})", "relu": "jnp.maximum({}, 0)", "sin": "jnp.sin({})",
-         "cos": "jnp.cos({})", "erf": "jax.lax.erf({})"}
+         "cos": "jnp.cos({})", "erf": "jax.lax.erf({})", "floor": "jnp.floor({})",
+         "ceil": "jnp.ceil({})", "round": "jnp.round({})", "log1p": "jnp.log1p({})"}
 BINARY = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}",
           "max": "jnp.maximum({}, {})", "min": "jnp.minimum({}, {})", "pow": "jnp.power({}, {})",
           "and": "jnp.logical_and({}, {})", "or": "jnp.logical_or({}, {})",
+          "xor": "jnp.logical_xor({}, {})", "shl": "jnp.left_shift({}, {})",
+          "shr": "jnp.right_shift({}, {})", "floordiv": "jnp.floor_divide({0}, jnp.where({1} == 0, 1, {1}))",
+          "mod": "jnp.remainder({0}, jnp.where({1} == 0, 1, {1}))",  # x // 0 == x, x % 0 == 0
           "lt": "{} < {}", "le": "{} <= {}", "gt": "{} > {}", "ge": "{} >= {}",
           "eq": "{} == {}", "ne": "{} != {}"}
+# on integers `and or xor not` are bitwise (torch's & | ^ ~); jnp's `right_shift` is arithmetic
+# for signed and logical for unsigned dtypes, as torch's >>
+BITWISE = {"and": "{} & {}", "or": "{} | {}", "xor": "{} ^ {}", "not": "~{}"}
+# Mosaic has no vector arithmetic on 8-bit integers and no 16-bit division (the real compiler
+# rejects them), so elementwise ops on i8/u8/i16 run on int32 copies and the result is cast back:
+# exact, and the cast wraps as torch does
+NARROW_INT = ("i8", "u8", "i16")
 REDUCE = {"sum": "jnp.sum", "max": "jnp.max", "min": "jnp.min"}
 FLOATS = ("f32", "bf16", "f16")
 # torch.amax/amin propagate NaN. On TPU, Mosaic lowers jnp.max/min reductions to
@@ -157,10 +168,10 @@ class _KernelWriter:
         elif k == "tile_count":
             t = a["tile"]
             expr = f"jnp.minimum({self.plan.eb(t)}, {t.extent} - {self.begin(t)})"
-        elif k in UNARY:
-            expr = UNARY[k].format(*ins)
-        elif k in BINARY:
-            expr = BINARY[k].format(*ins)
+        elif k == "expm1":
+            expr = self.expm1(op, ins[0])
+        elif k in UNARY or k in BINARY:
+            expr = self.elementwise(op, ins)
         elif k == "where":
             expr = f"jnp.where({ins[0]}, {ins[1]}, {ins[2]})"
         elif k == "cast":
@@ -191,6 +202,29 @@ class _KernelWriter:
             raise BackendError(f"the pallas renderer has no rule for IR op `{k}`", op.loc,
                                "this is a kernel_dsl bug; please report it with the kernel")
         self.bind(r, expr, op)
+
+    def elementwise(self, op: Op, ins: list[str]) -> str:
+        k, r = op.kind, op.result
+        narrow = [v.dtype in NARROW_INT for v in op.operands]
+        ins = [f"{x}.astype(jnp.int32)" if n else x for x, n in zip(ins, narrow)]
+        if k in BITWISE and r.dtype != "bool":
+            expr = BITWISE[k].format(*ins)
+        else:
+            expr = (UNARY if k in UNARY else BINARY)[k].format(*ins)
+        return f"({expr}).astype({JNP[r.dtype]})" if r.dtype in NARROW_INT and any(narrow) else expr
+
+    def expm1(self, op: Op, x: str) -> str:
+        """Mosaic has no expm1: 2t / (1 - t) with t = tanh(x / 2) near 0, where exp(x) - 1
+        cancels (Kahan's log-based form would not survive XLA, which folds log(exp(x)) to x);
+        in f32 for 16-bit floats."""
+        r = op.result
+        if r.dtype != "f32":
+            self.em.line(f"v{r.id}_x = {x}.astype(jnp.float32)", op)
+            x = f"v{r.id}_x"
+        t = f"v{r.id}_t"
+        self.em.line(f"{t} = jnp.tanh({x} * 0.5)", op)
+        expr = f"jnp.where(jnp.abs({x}) < 0.5, 2 * {t} / (1 - {t}), jnp.exp({x}) - 1)"
+        return expr if r.dtype == "f32" else f"({expr}).astype({JNP[r.dtype]})"
 
     def dot(self, op: Op, ins: list[str]) -> str:
         a, b = op.operands[:2]

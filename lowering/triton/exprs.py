@@ -23,11 +23,15 @@ HALF = ("bf16", "f16")
 F32_ONLY = {"exp": "tl.exp({})", "exp2": "tl.exp2({})", "log": "tl.log({})",
             "sqrt": "tl.sqrt_rn({})", "rsqrt": "tl.rsqrt({})", "tanh": "_tanh({})",
             "sigmoid": "tl.sigmoid({})", "sin": "tl.sin({})", "cos": "tl.cos({})",
-            "erf": "tl.erf({})", "pow": "_pow({}, {})"}
+            "erf": "tl.erf({})", "pow": "_pow({}, {})", "floor": "tl.floor({})",
+            "ceil": "tl.ceil({})", "round": "_round({})", "log1p": "_log1p({})",
+            "expm1": "_expm1({})"}
 UNARY = {"abs": "tl.abs({})", "neg": "-{}", "not": "({} == 0)", "relu": "tl.where({0} < 0, 0, {0})"}
 BINARY = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}",
-          "and": "{} & {}", "or": "{} | {}", "lt": "{} < {}", "le": "{} <= {}", "gt": "{} > {}",
-          "ge": "{} >= {}", "eq": "{} == {}", "ne": "{} != {}"}
+          "and": "{} & {}", "or": "{} | {}", "xor": "{} ^ {}", "shl": "{} << {}",
+          "shr": "{} >> {}", "floordiv": "_floordiv({}, {})", "mod": "_mod({}, {})",
+          "lt": "{} < {}", "le": "{} <= {}", "gt": "{} > {}", "ge": "{} >= {}", "eq": "{} == {}",
+          "ne": "{} != {}"}
 INT_LIMITS = {"i32": (-2**31, 2**31 - 1), "i16": (-2**15, 2**15 - 1), "i8": (-128, 127),
               "u8": (0, 255), "bool": (0, 1)}
 
@@ -80,6 +84,55 @@ def _tanh(x):
     near = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
     t = tl.where(ax < 0.0625, near, far)
     return tl.where(x < 0, -t, t)
+''',
+    "_round": '''
+@triton.jit
+def _round(x):
+    """torch.round, half to even: |x| + 2^23 - 2^23 rounds in f32 arithmetic (already whole
+    above 2^23); the sign is put back, so -0.3 gives -0.0 as in torch."""
+    ax = tl.abs(x)
+    r = (ax + 8388608.0) - 8388608.0
+    r = tl.where(ax < 8388608.0, r, ax)
+    return tl.where(x < 0, -r, r)
+''',
+    "_log1p": '''
+@triton.jit
+def _log1p(x):
+    """log(1 + x), accurate near 0 (Kahan: the rounding of 1 + x is divided back out)."""
+    u = 1.0 + x
+    d = u - 1.0
+    r = tl.log(u) * (x / tl.where(d == 0, 1.0, d))
+    return tl.where(d == 0, x, tl.where(u == float("inf"), u, r))
+''',
+    "_expm1": '''
+@triton.jit
+def _expm1(x):
+    """exp(x) - 1, accurate near 0 (Kahan: (u - 1) * x / log(u) with u = exp(x))."""
+    u = tl.exp(x)
+    d = u - 1.0
+    lu = tl.log(u)
+    r = d * (x / tl.where(lu == 0, 1.0, lu))
+    r = tl.where(u == float("inf"), u, r)
+    return tl.where(u == 1.0, x, tl.where(d == -1.0, -1.0, r))
+''',
+    "_floordiv": '''
+@triton.jit
+def _floordiv(a, b):
+    """torch's integer a // b (floor); Triton's // truncates toward zero, as C does. A zero
+    divisor is taken as 1 (no trap, no undefined value): a // 0 is a."""
+    b = tl.where(b == 0, 1, b)
+    q = a // b
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+''',
+    "_mod": '''
+@triton.jit
+def _mod(a, b):
+    """torch's integer a % b (the sign of b); Triton's % takes the sign of a, as C does.
+    a % 0 is 0 (see _floordiv)."""
+    b = tl.where(b == 0, 1, b)
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 ''',
     "_pow": '''
 @triton.jit
@@ -159,7 +212,7 @@ def elementwise(kind: str, ins: list[str], in_dtype: str, out_dtype: str, cpu: b
                         "bool" if out_dtype == "bool" else "f32", cpu, helpers)
         return e if e is None or out_dtype == "bool" else narrow(f"({e})", out_dtype, cpu, helpers)
     if kind in F32_ONLY:
-        if kind in ("tanh", "pow"):
+        if F32_ONLY[kind].startswith("_"):
             helpers.add(f"_{kind}")
         if in_dtype == "f32":
             return F32_ONLY[kind].format(*ins)
@@ -167,6 +220,8 @@ def elementwise(kind: str, ins: list[str], in_dtype: str, out_dtype: str, cpu: b
         if kind == "pow":  # integer powers: exact results come back as 7.99..., round them
             e = f"tl.floor({e} + 0.5)"
         return f"{e}.to({TL[out_dtype]})"
+    if kind == "not" and in_dtype != "bool":
+        return f"~{ins[0]}"  # bitwise on integers, as torch's ~
     if kind in UNARY:
         return UNARY[kind].format(*ins)
     if kind in ("max", "min"):
@@ -177,6 +232,8 @@ def elementwise(kind: str, ins: list[str], in_dtype: str, out_dtype: str, cpu: b
     if kind == "div" and in_dtype != "f32":
         return f"({ins[0]}.to(tl.float32) / {ins[1]}.to(tl.float32)).to({TL[out_dtype]})"
     if kind in BINARY:
+        if BINARY[kind].startswith("_"):
+            helpers.add(BINARY[kind].split("(")[0])
         return BINARY[kind].format(*ins)
     return None
 
