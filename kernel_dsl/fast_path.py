@@ -1,7 +1,8 @@
 """When a call may skip the torch dispatcher and run an op's body directly.
 
-On CPU, the dispatcher around a Python custom op costs more than a small kernel launch (a
-library matmul at 64x96x80: ~290 us through the op, ~140 us for the kernel). Nothing in a plain
+On CPU, the dispatcher around a Python op costs a good part of a small kernel launch (a
+library matmul at 64x96x80: ~1.5x through its custom op, ~1.3x as a plain call, against the
+kernel alone; benchmarks/overhead.py). Nothing in a plain
 eager CPU call needs it; anything that does keeps the op: autograd, tensor subclasses (DTensor,
 fake tensors), functorch transforms (vmap), autocast, torch.compile and Python dispatch modes.
 """
