@@ -220,6 +220,8 @@ def elementwise(kind: str, ins: list[str], in_dtype: str, out_dtype: str, cpu: b
         if kind == "pow":  # integer powers: exact results come back as 7.99..., round them
             e = f"tl.floor({e} + 0.5)"
         return f"{e}.to({TL[out_dtype]})"
+    if kind == "not" and in_dtype == "u8":  # Triton 3.7's interpreter builds ~ from a -1 fill
+        return f"({ins[0]} ^ 255)"
     if kind == "not" and in_dtype != "bool":
         return f"~{ins[0]}"  # bitwise on integers, as torch's ~
     if kind in UNARY:
