@@ -68,10 +68,14 @@ def section_overhead(data: Any) -> list[str]:
                 out.append(f"| library matmul 64x96x80 | {k.removesuffix('_us')} | "
                            f"{s['median']:.1f} | [{s['min']:.1f} - {s['max']:.1f}] |")
         r, o = lib["call_over_kernel"], data["op_over_fast_path"]
+        lo = lib.get("op_over_kernel")
+        via_op = ("" if lo is None else f"; the library op through `torch.ops` (the dispatcher "
+                  f"and the op's autograd kernel) over the same kernel {lo['median']}x "
+                  f"[{lo['min']} - {lo['max']}]")
         out += ["", "Ratios from paired runs (the two calls alternate, one timing each, so the "
                 "VM's slow spells hit both alike), median [min - max] over repeats: a library "
                 f"call over the DSL kernel it launches {r['median']}x [{r['min']} - {r['max']}] "
-                f"(goal 1.2x); a user kernel through `torch.ops` over its fast path "
+                f"(goal 1.2x){via_op}; a user kernel through `torch.ops` over its fast path "
                 f"{o['median']}x [{o['min']} - {o['max']}] (goal 1.5x)."]
     return out + [""]
 

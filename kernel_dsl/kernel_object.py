@@ -346,6 +346,20 @@ class Kernel:
             fn = self.compiled(backend_name, args, config)
         return self._run(fn, args)
 
+    def launch_state(self) -> tuple[Any, ...]:
+        """What besides the arguments picks the CPU build `run_cpu` uses: the backend in force,
+        the interpret mode and the shape-bucket policy. A caller that keeps `cpu_runner`'s result
+        keys it on this and on the arguments' `arg_key`."""
+        return (self.backend_name(), _faithful(), buckets.policy())
+
+    def cpu_runner(self, args: tuple[Any, ...]) -> Callable[..., tuple[torch.Tensor, ...]]:
+        """The build `run_cpu(self.backend_name(), args)` runs, for a caller that launches many
+        calls of one signature itself (it passes contiguous CPU tensors, in argument order).
+        Static-shape kernels only: a bucketed kernel pads its arguments in `run_cpu`."""
+        if not self.static_shapes:
+            raise AssertionError(f"{self.name}: cpu_runner needs static_shapes=True")
+        return self.compiled(self.backend_name(), args)
+
     @staticmethod
     def _run(fn: Callable[..., tuple[torch.Tensor, ...]], args: tuple[Any, ...]) -> list[torch.Tensor]:
         tensors = [a if a.is_contiguous() else a.contiguous()

@@ -11,13 +11,14 @@ specialization, the unused branches are not traced. Unused tensor arguments are 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 import kernel_dsl as kd
 from kernel_dsl import amp
 from kernel_dsl.buckets import bucket, cut, pad
+from kernel_dsl.fast_path import eager_route
 
 from .base import call, check_float, library_kernel, library_op, placeholder, register_autograd
 
@@ -124,7 +125,7 @@ def _act_code(activation: str) -> int:
 
 
 def _out_code(out_dtype: torch.dtype | None) -> int:
-    if out_dtype not in _OUT:
+    if not (out_dtype is None or isinstance(out_dtype, torch.dtype)) or out_dtype not in _OUT:
         raise TypeError(f"matmul: out_dtype {out_dtype} is not float32, bfloat16 or float16")
     return _OUT[out_dtype]
 
@@ -132,15 +133,15 @@ def _out_code(out_dtype: torch.dtype | None) -> int:
 @library_op("kernel_dsl::matmul")
 def _fwd_op(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, activation: str,
             out_dtype: torch.dtype | None) -> torch.Tensor:
-    flat = y.dim() == 2  # the common case, kept cheap (a few us of a ~90 us call)
-    x3, y3 = (x.reshape(1, -1, x.shape[-1]), y[None]) if flat else _as_3d(x, y)[:2]
+    if y.dim() == 2 and eager_route((x, y, bias)) is not None:  # plain CPU tensors
+        return _launch(x, y, bias, activation, out_dtype)(x, y, bias)
+    x3, y3, _ = _as_3d(x, y)
     m = x3.shape[1]  # rows are independent: pad them to their shape bucket (kernel_dsl.buckets)
     none = placeholder(x.device)
     out = matmul_kernel(pad(x3, 1, bucket(m)), y3, none if bias is None else bias.reshape(1, -1),
-                        none, _ACT[None if activation == "none" else activation], False, False,
-                        False, bias is not None, _OUT[out_dtype])
-    out = cut(out, 1, m)
-    return out.reshape(*x.shape[:-1], y.shape[1]) if flat else out.reshape(_out_shape(x, y))
+                        none, _act_code(activation), False, False, False, bias is not None,
+                        _OUT[out_dtype])
+    return cut(out, 1, m).reshape(_out_shape(x, y))
 
 
 @_fwd_op.register_fake
@@ -215,6 +216,12 @@ def matmul(x: torch.Tensor, y: torch.Tensor, *, bias: torch.Tensor | None = None
     Differentiable in x, y and bias (the backward recomputes the pre-activation in the same
     kernel that applies the activation's derivative).
     """
+    try:  # a plain eager CPU call of a signature seen before: checked and built already
+        launch = _checked.get(_call_key(x, y, bias, activation, out_dtype))
+    except (TypeError, AttributeError):  # not tensors, or unhashable flags: the checks say so
+        launch = None
+    if launch is not None:
+        return launch(x, y, bias)
     check_float("x", x)
     check_float("y", y)
     if x.dtype != y.dtype:
@@ -223,7 +230,7 @@ def matmul(x: torch.Tensor, y: torch.Tensor, *, bias: torch.Tensor | None = None
         raise ValueError(f"matmul: x {list(x.shape)} and y {list(y.shape)} need at least 2 dims")
     if x.shape[-1] != y.shape[-2]:
         raise ValueError(f"matmul: x {list(x.shape)} @ y {list(y.shape)}: inner dims differ")
-    if activation not in _ACT:
+    if activation not in ACTIVATIONS:  # a tuple: an unhashable value is an error, not a crash
         raise ValueError(f"matmul: activation {activation!r} is not one of {ACTIVATIONS}")
     if bias is not None:
         check_float("bias", bias)
@@ -232,4 +239,67 @@ def matmul(x: torch.Tensor, y: torch.Tensor, *, bias: torch.Tensor | None = None
     if x.numel() == 0 or y.numel() == 0:
         raise ValueError("matmul: empty tensors are not supported")
     _out_code(out_dtype)
+    key = _call_key(x, y, bias, activation, out_dtype)
+    if key is not None:
+        if len(_checked) >= _MAX_LAUNCHES:
+            _checked.clear()
+        launch = _checked[key] = _launch(x, y, bias, activation or "none", out_dtype)
+        return launch(x, y, bias)
     return call(_fwd_op, x, y, bias, activation or "none", out_dtype)
+
+
+# -- calls on plain CPU tensors, prepared once per signature ----------------------------------------
+# The forward body's own work (bucket lookup, placeholders, views, the kernel object's routing and
+# specialization key) is a pure function of the signature below, and so are `matmul`'s argument
+# checks: both are done once. A call then costs its views and the launch (benchmarks/overhead.py:
+# the library call against the kernel call it makes). Eager calls with gradients and compiled
+# graphs reach the body through the op's autograd, and take the same launches.
+_launches: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}  # the body's, by signature
+_checked: dict[tuple[Any, ...], Callable[..., torch.Tensor]] = {}  # `matmul`'s: checks passed
+_MAX_LAUNCHES = 512  # many shapes (no buckets): keep the memos bounded
+
+
+def _signature(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, activation: Any,
+               out_dtype: Any) -> tuple[Any, ...]:
+    return (x.shape, y.shape, x.dtype, y.dtype, None if bias is None else (bias.shape, bias.dtype),
+            activation, out_dtype) + matmul_kernel.launch_state()
+
+
+def _call_key(x: Any, y: Any, bias: Any, activation: Any, out_dtype: Any) -> tuple[Any, ...] | None:
+    """The signature of a plain eager CPU call with a 2-D weight, or None for any other call."""
+    if y.dim() != 2 or eager_route((x, y, bias)) != "body":
+        return None
+    return _signature(x, y, bias, activation, out_dtype)
+
+
+def _launch(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, activation: str,
+            out_dtype: torch.dtype | None) -> Callable[..., torch.Tensor]:
+    key = _signature(x, y, bias, activation, out_dtype)
+    launch = _launches.get(key)
+    if launch is None:
+        if len(_launches) >= _MAX_LAUNCHES:
+            _launches.clear()
+        launch = _launches[key] = _prepare_launch(x, y, bias, activation, out_dtype)
+    return launch
+
+
+def _prepare_launch(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None,
+                    activation: str, out_dtype: torch.dtype | None) -> Callable[..., torch.Tensor]:
+    """What `_fwd_op`'s body does for this signature (2-D y), with every decision taken now."""
+    k, n = x.shape[-1], y.shape[1]
+    m = x.numel() // k  # x's batch dims fold into M: one weight read per tile
+    mb = bucket(m)
+    out_shape = (*x.shape[:-1], n)
+    none = placeholder(x.device)
+    x3 = pad(x.reshape(1, m, k), 1, mb)
+    run = matmul_kernel.cpu_runner((x3, y[None], none if bias is None else bias.reshape(1, n),
+                                    none, _act_code(activation), False, False, False,
+                                    bias is not None, _OUT[out_dtype]))
+
+    def launch(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ts = (pad(x.reshape(1, m, k), 1, mb), y[None],
+              none if bias is None else bias.reshape(1, n), none)
+        out = run(*[t if t.is_contiguous() else t.contiguous() for t in ts])[0]
+        return cut(out, 1, m).reshape(out_shape)
+
+    return launch

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+import kernel_dsl as kd
 from kernel_dsl import kernels as lib
 
 mm = importlib.import_module("kernel_dsl.kernels.matmul")
@@ -29,13 +30,38 @@ def body_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_a_plain_call_runs_the_body_directly(body_calls: list[int]) -> None:
-    x, w = torch.randn(16, 32), torch.randn(32, 8)
-    torch.testing.assert_close(lib.matmul(x, w), x @ w, atol=1e-4, rtol=1e-4)
-    assert body_calls == [1]
+def test_a_plain_call_runs_a_launch_prepared_once_per_signature(
+        body_calls: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither the dispatcher nor the op's body: the body's decisions are taken once per
+    signature (shapes, dtypes, flags, backend, interpret mode, bucket policy)."""
+    prepared: list[tuple[int, ...]] = []
+    real = mm._prepare_launch
+
+    def counted(x, *rest):  # type: ignore[no-untyped-def]
+        prepared.append(tuple(x.shape))
+        return real(x, *rest)
+
+    monkeypatch.setattr(mm, "_prepare_launch", counted)
+    monkeypatch.setattr(mm, "_launches", {})
+    monkeypatch.setattr(mm, "_checked", {})
+    x, w, b = torch.randn(16, 32), torch.randn(32, 8), torch.randn(8)
+    for _ in range(2):
+        torch.testing.assert_close(lib.matmul(x, w), x @ w, atol=1e-4, rtol=1e-4)
     with torch.no_grad():  # requires_grad does not matter where no graph is recorded
-        lib.matmul(x.requires_grad_(), w)
-    assert body_calls == [1, 1]
+        lib.matmul(x.clone().requires_grad_(), w)
+    assert prepared == [(16, 32)] and body_calls == []
+    x3 = torch.randn(2, 7, 32)  # a new signature: batch dims folded, 14 rows padded and cut
+    torch.testing.assert_close(lib.matmul(x3, w.T.contiguous().T, bias=b, activation="silu"),
+                               torch.nn.functional.silu(x3 @ w + b), atol=1e-4, rtol=1e-4)
+    with kd.shape_buckets([64]):  # another bucket policy: prepared again
+        torch.testing.assert_close(lib.matmul(x, w), x @ w, atol=1e-4, rtol=1e-4)
+    with kd.interpret_mode("faithful"):
+        torch.testing.assert_close(lib.matmul(x, w), x @ w, atol=1e-4, rtol=1e-4)
+    assert prepared == [(16, 32), (2, 7, 32), (16, 32), (16, 32)] and body_calls == []
+    torch.testing.assert_close(lib.matmul(x, w[None]), x @ w[None], atol=1e-4, rtol=1e-4)
+    assert body_calls == [1]  # batched weights take the op's body
+    torch.testing.assert_close(mm._fwd_op(x, w, None, "none", None), x @ w, atol=1e-4, rtol=1e-4)
+    assert len(prepared) == 4  # the op's body takes the launch prepared for the call
 
 
 def test_an_eager_call_with_gradients_runs_the_ops_autograd_around_the_body(
@@ -56,11 +82,11 @@ def test_a_training_step_does_not_need_the_dispatcher() -> None:
     """The dispatcher's first custom-op call imports torch._dynamo (about 1 s), unless
     something imported it before (TorchTPU does, when torch autoloads it)."""
     code = ("import sys, torch\n"
-            "from torch._library.custom_ops import CustomOpDef\n"
-            "calls = []\n"
-            "real = CustomOpDef.__call__\n"
-            "CustomOpDef.__call__ = lambda self, *a, **k: calls.append(1) or real(self, *a, **k)\n"
             "before = 'torch._dynamo' in sys.modules\n"
+            "from kernel_dsl.kernels.base import LibraryOp\n"
+            "calls = []\n"
+            "real = LibraryOp.__call__\n"
+            "LibraryOp.__call__ = lambda self, *a: calls.append(1) or real(self, *a)\n"
             "from kernel_dsl import kernels as lib\n"
             "x = torch.randn(20, 16, requires_grad=True)\n"
             "w = torch.randn(16, 8, requires_grad=True)\n"

@@ -305,15 +305,14 @@ def test_library_op_names_are_reserved_for_the_library() -> None:
     a library op (the test kernel `matmul`) gets a suffix, so either may be imported first."""
     import sys
 
-    from torch._library.custom_ops import CustomOpDef
-
     import kernel_dsl.kernels  # noqa: F401
+    from kernel_dsl.kernels.base import LibraryOp
     from kernel_dsl.torch_ops import LIBRARY_OPS
 
-    library = {v._qualname.split("::")[1]
+    library = {v.qualname.split("::")[1]
                for name in ("matmul", "attention", "softmax", "norms")
                for v in vars(sys.modules[f"kernel_dsl.kernels.{name}"]).values()
-               if isinstance(v, CustomOpDef)}
+               if isinstance(v, LibraryOp)}
     assert library == LIBRARY_OPS
     assert matmul.name == "matmul" and matmul._ops.base.startswith("matmul_")
     assert matmul._ops.op.name() == f"kernel_dsl::{matmul._ops.base}"

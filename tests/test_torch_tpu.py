@@ -90,23 +90,23 @@ def _library_bodies() -> dict[str, tuple[Callable[[], Any], set[str] | None]]:
     x, w = _tpu(64, 1024), _tpu(1024)
     lse, stat = _tpu(1, 2, 256, dtype=torch.float32), _tpu(64, 1, dtype=torch.float32)
     return {
-        "matmul": (lambda: mm._fwd_op._init_fn(_tpu(256, 384), _tpu(384, 512), _tpu(512), "gelu",
+        "matmul": (lambda: mm._fwd_op.body(_tpu(256, 384), _tpu(384, 512), _tpu(512), "gelu",
                                                None), {"matmul_kernel"}),
-        "matmul_backward": (lambda: mm._bwd_op._init_fn(_tpu(256, 512), _tpu(256, 384),
+        "matmul_backward": (lambda: mm._bwd_op.body(_tpu(256, 512), _tpu(256, 384),
                                                         _tpu(384, 512), _tpu(512), "gelu"),
                             {"matmul_kernel", "column_sum"}),
-        "flash_attention": (lambda: at._fwd_op._init_fn(q, k, v, True, 0.088, 0),
+        "flash_attention": (lambda: at._fwd_op.body(q, k, v, True, 0.088, 0),
                             {"flash_attention_fwd"}),
-        "flash_attention_backward": (lambda: at._bwd_op._init_fn(q, q, k, v, q, lse, True, 0.088, 0),
+        "flash_attention_backward": (lambda: at._bwd_op.body(q, q, k, v, q, lse, True, 0.088, 0),
                                      {"flash_attention_bwd_delta", "flash_attention_bwd_dkv",
                                       "flash_attention_bwd_dq"}),
-        "softmax": (lambda: sm._fwd_op._init_fn(_tpu(64, 1000), -1), None),
-        "softmax_backward": (lambda: sm._bwd_op._init_fn(_tpu(64, 1000), _tpu(64, 1000), -1), None),
-        "rms_norm": (lambda: nm._rms_op._init_fn(x, w, 1e-6), {"rms_norm_fwd"}),
-        "rms_norm_backward": (lambda: nm._rms_bwd_op._init_fn(x, x, w, stat),
+        "softmax": (lambda: sm._fwd_op.body(_tpu(64, 1000), -1), None),
+        "softmax_backward": (lambda: sm._bwd_op.body(_tpu(64, 1000), _tpu(64, 1000), -1), None),
+        "rms_norm": (lambda: nm._rms_op.body(x, w, 1e-6), {"rms_norm_fwd"}),
+        "rms_norm_backward": (lambda: nm._rms_bwd_op.body(x, x, w, stat),
                               {"rms_norm_bwd_dx", "rms_norm_bwd_dw"}),
-        "layer_norm": (lambda: nm._ln_op._init_fn(x, w, w, 1e-5), {"layer_norm_fwd"}),
-        "layer_norm_backward": (lambda: nm._ln_bwd_op._init_fn(x, x, w, w, stat, stat),
+        "layer_norm": (lambda: nm._ln_op.body(x, w, w, 1e-5), {"layer_norm_fwd"}),
+        "layer_norm_backward": (lambda: nm._ln_bwd_op.body(x, x, w, w, stat, stat),
                                 {"layer_norm_bwd_dx", "layer_norm_bwd_dwb"}),
     }
 
