@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import device_composites as dc
 from . import device_math as dm
 from .device_ops import (
     SUPPORTED_HINT,
@@ -80,7 +81,13 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
     F.silu: lambda x: binary("mul", x, unary("sigmoid", x)),
     torch.where: where, torch.clamp: lambda x, min=None, max=None: clamp(x, min, max),
     torch.matmul: dot, torch.mm: dot, torch.bmm: dot,
-    torch.addmm: lambda acc, a, b: add(acc, dot(a, b)),
+    torch.addmm: dc.addmm, torch.baddbmm: dc.addmm,
+    torch.softmax: dc.softmax, torch.log_softmax: dc.log_softmax,
+    F.softmax: lambda x, dim=None, _stacklevel=3, dtype=None: dc.softmax(x, dim, dtype),
+    F.log_softmax: lambda x, dim=None, _stacklevel=3, dtype=None: dc.log_softmax(x, dim, dtype),
+    torch.special.softmax: dc.softmax, torch.special.log_softmax: dc.log_softmax,
+    torch.logsumexp: dc.logsumexp, torch.special.logsumexp: dc.logsumexp,
+    torch.squeeze: dc.squeeze,
     torch.sum: _dim_kw(lambda x, d, k: reduce("sum", x, d, k)),
     torch.amax: _dim_kw(lambda x, d, k: reduce("max", x, d, k)),
     torch.amin: _dim_kw(lambda x, d, k: reduce("min", x, d, k)),

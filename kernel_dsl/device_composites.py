@@ -1,0 +1,104 @@
+"""torch's composite ops over a dim of a tile, built from the IR's reductions (no new IR op each):
+softmax, log_softmax and logsumexp (accumulated in f32, as torch does for 16-bit floats, and
+rounded once), squeeze of unit dims, and baddbmm/addmm with beta and alpha.
+
+Lanes past the end of a ragged tile drop out of every sum and max: `reduce` fills them with the
+reduction's identity first (device_ops.pad_fill). Importing this module registers the methods.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import dtypes
+from .device_ops import (
+    METHODS,
+    TileValue,
+    _as_tile,
+    _axis,
+    add,
+    binary,
+    cast,
+    cast_v,
+    dot,
+    reduce,
+    unary,
+    where,
+)
+from .errors import DTypeError, ShapeError
+from .ir import TileVar
+from .tracing import user_loc
+
+
+def _f32_in(x: Any, dtype: Any, what: str) -> tuple[TileValue, str]:
+    """`x` (cast to `dtype` first, if given) in f32, and the dtype of the result."""
+    t = _as_tile(x) if dtype is None else cast(_as_tile(x), dtype)
+    if not dtypes.is_float(t.v.dtype):
+        raise DTypeError(f"{what} of a {t.v.dtype} tile is not supported (torch rejects it too)",
+                         user_loc(), "cast to a float dtype first, or pass `dtype=torch.float32`")
+    return cast_v(t, "f32"), t.v.dtype
+
+
+def softmax(x: Any, dim: int, dtype: Any = None, **_: Any) -> TileValue:
+    t, out_dt = _f32_in(x, dtype, "softmax")
+    d = _axis(t, dim)
+    e = unary("exp", binary("sub", t, reduce("max", t, d, True)))  # a row of -inf: NaN, as torch
+    return cast_v(binary("div", e, reduce("sum", e, d, True)), out_dt)
+
+
+def log_softmax(x: Any, dim: int, dtype: Any = None, **_: Any) -> TileValue:
+    t, out_dt = _f32_in(x, dtype, "log_softmax")
+    d = _axis(t, dim)
+    z = binary("sub", t, reduce("max", t, d, True))
+    return cast_v(binary("sub", z, unary("log", reduce("sum", unary("exp", z), d, True))), out_dt)
+
+
+def logsumexp(x: Any, dim: Any, keepdim: bool = False) -> TileValue:
+    t, out_dt = _f32_in(x, None, "logsumexp")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    axes = sorted({_axis(t, d) for d in dims}, reverse=True)
+    m = t
+    for a in axes:
+        m = reduce("max", m, a, True)
+    m = where(binary("lt", unary("abs", m), float("inf")), m, 0.0)  # +-inf rows stay +-inf
+    s = unary("exp", binary("sub", t, m))
+    for a in axes:
+        s = reduce("sum", s, a, True)
+    out = binary("add", unary("log", s), m)
+    if not keepdim:
+        out = squeeze(out, axes)
+    return cast_v(out, out_dt)
+
+
+def squeeze(x: Any, dim: Any = None) -> TileValue:
+    """Drops unit dims (all of them, or those of `dim`). A tile dim is never squeezed: its size
+    is the block size, which the config picks."""
+    t = _as_tile(x)
+    shape = t.v.shape
+    if dim is None:
+        axes = [a for a, n in enumerate(shape) if n == 1]
+    else:
+        axes = [_axis(t, d) for d in ([dim] if isinstance(dim, int) else dim)]
+    for a in sorted(set(axes), reverse=True):
+        n = t.v.shape[a]
+        if isinstance(n, TileVar):
+            raise ShapeError(f"squeeze({a}) of a tile dim: its size is the block size", user_loc(),
+                             "index the tensor with a scalar instead, or keep the dim")
+        if n == 1:  # torch leaves dims of other sizes alone; a max over one lane is the lane
+            t = reduce("max", t, a, False)
+    return t
+
+
+def addmm(acc: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> TileValue:
+    """`beta * acc + alpha * (a @ b)`: torch.addmm and torch.baddbmm (batched operands)."""
+    prod = dot(a, b)
+    if alpha != 1:
+        prod = binary("mul", prod, alpha)
+    if beta == 0:  # torch ignores acc then (NaN in it does not propagate)
+        return prod
+    return add(acc if beta == 1 else binary("mul", acc, beta), prod)
+
+
+METHODS.update({
+    "softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp, "squeeze": squeeze,
+    "addmm": addmm, "baddbmm": addmm,
+})

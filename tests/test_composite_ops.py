@@ -1,0 +1,126 @@
+"""Composite ops over a dim of a tile: softmax, log_softmax, logsumexp (f32 accumulation, special
+values as torch gives them), squeeze, and addmm/baddbmm with beta and alpha, on every backend."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernel_dsl as kd
+from kernel_dsl.errors import KernelError
+
+BACKENDS = ("pallas", "triton", "nki")
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf/NaN rows, on purpose
+
+
+def _rows(fn: Callable[[Any], Any], cols: int | None = None) -> Any:
+    """A kernel applying `fn` to whole rows; `cols`: the columns as a tile of that block size.
+    Where the backend keeps the block wider than the row (Triton's power-of-two blocks; Pallas
+    clamps it to the row), the pad lanes must drop out of every sum and max."""
+    @kd.kernel
+    def k(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        for tm, tn in kd.tile(x.shape, block_size=[8, cols or x.shape[1]]):
+            out[tm, tn] = fn(x[tm, tn])
+        return out
+    return k
+
+
+ROW_OPS: dict[str, Callable[[Any], Any]] = {
+    "softmax": lambda r: torch.softmax(r, dim=-1),
+    "F.softmax": lambda r: F.softmax(r, dim=1),
+    "log_softmax": lambda r: r.log_softmax(-1),
+    "F.log_softmax_f32": lambda r: F.log_softmax(r, dim=-1, dtype=torch.float32).to(r.dtype),
+    "logsumexp": lambda r: r - torch.logsumexp(r, dim=-1, keepdim=True),
+    "logsumexp_squeezed": lambda r: r * 0 + r.logsumexp(1)[:, None],
+    # (NKI lays out 3-D values only with a unit leading dim)
+    "squeeze": lambda r: torch.squeeze(r[None] * 2, 0) + r.sum(-1, keepdim=True).squeeze()[:, None],
+}
+KERNELS = {name: _rows(fn) for name, fn in ROW_OPS.items()}
+RAGGED = {name: _rows(fn, cols=256) for name, fn in ROW_OPS.items()}
+
+
+def _input(dtype: torch.dtype, n: int = 130) -> torch.Tensor:
+    x = torch.randn(37, n) * 3
+    x[3] = -float("inf")  # softmax: NaN (as torch); logsumexp: -inf
+    x[5, :4] = float("inf")
+    x[6, 1] = -float("inf")
+    x[7, 2] = 80.0  # exp overflows f32 without the max subtracted
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ROW_OPS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_row_ops_match_torch(backend: str, name: str, dtype: torch.dtype) -> None:
+    x = _input(dtype)
+    with kd.backend(backend):
+        got = KERNELS[name](x)
+    ref = ROW_OPS[name](x)  # torch on the same dtype: its own f32 accumulation and roundings
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 4e-2, "rtol": 2e-2}
+    torch.testing.assert_close(got, ref, equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "logsumexp", "squeeze"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pad_lanes_of_a_ragged_tile_drop_out(backend: str, name: str) -> None:
+    x = _input(torch.float32)
+    with kd.backend(backend):
+        got = RAGGED[name](x)
+    torch.testing.assert_close(got, ROW_OPS[name](x), equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+@kd.kernel
+def baddbmm_k(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(acc)
+    for tb, tm, tn in kd.tile(acc.shape, block_size=[1, None, None]):
+        out[tb, tm, tn] = torch.baddbmm(acc[tb, tm, tn], a[tb, tm, :], b[tb, :, tn],
+                                        beta=0.5, alpha=2.0)
+    return out
+
+
+@kd.kernel
+def addmm_k(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(acc)
+    for tm, tn in kd.tile(acc.shape):
+        out[tm, tn] = torch.addmm(acc[tm, tn], a[tm, :], b[:, tn], beta=0) + acc[tm, tn].addmm(
+            a[tm, :], b[:, tn])
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_baddbmm_and_addmm_with_beta_and_alpha(backend: str) -> None:
+    acc, a, b = torch.randn(3, 19, 24), torch.randn(3, 19, 16), torch.randn(3, 16, 24)
+    nan_acc = acc[0].clone()
+    nan_acc[0, 0] = float("nan")  # beta=0 ignores acc, as torch does
+    with kd.backend(backend):
+        got3 = baddbmm_k(acc, a, b)
+        got2 = addmm_k(nan_acc, a[0], b[0])
+    torch.testing.assert_close(got3, torch.baddbmm(acc, a, b, beta=0.5, alpha=2.0),
+                               atol=1e-4, rtol=1e-4)
+    ref2 = torch.addmm(nan_acc, a[0], b[0], beta=0) + torch.addmm(nan_acc, a[0], b[0])
+    torch.testing.assert_close(got2, ref2, equal_nan=True, atol=1e-4, rtol=1e-4)
+
+
+def test_squeezing_a_tile_dim_and_softmax_of_integers_are_clear_errors() -> None:
+    @kd.kernel
+    def sq(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        for tm, tn in kd.tile(x.shape):
+            out[tm, tn] = x[tm, tn].squeeze(0)
+        return out
+
+    @kd.kernel
+    def int_softmax(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        for tm in kd.tile(x.shape[0]):
+            out[tm, :] = torch.softmax(x[tm, :], dim=-1)
+        return out
+
+    with pytest.raises(KernelError, match="tile dim") as e:
+        sq(torch.randn(8, 8))
+    assert "test_composite_ops.py" in str(e.value)
+    with pytest.raises(KernelError, match="softmax of a i32 tile"):  # torch rejects it too
+        int_softmax(torch.arange(12, dtype=torch.int32).reshape(3, 4))
