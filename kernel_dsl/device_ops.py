@@ -197,10 +197,6 @@ class TileValue:
         return reduce("max", self, dim, keepdim)
     def amin(self, dim: Any = None, keepdim: bool = False) -> "TileValue":
         return reduce("min", self, dim, keepdim)
-    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
-        return _max_min("max", self, dim, keepdim)
-    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
-        return _max_min("min", self, dim, keepdim)
     def maximum(self, o: Any) -> "TileValue": return binary("max", self, o)
     def minimum(self, o: Any) -> "TileValue": return binary("min", self, o)
     def unsqueeze(self, d: int) -> "TileValue": return expand_dims(self, d)
@@ -482,15 +478,6 @@ def mean(x: Any, dim: Any, keepdim: bool = False) -> TileValue:
         n = _emit("tile_count", [], {"tile": d}, (), "i32") if isinstance(d, TileVar) else d
         count = count * n if not (isinstance(count, int) and count == 1) else n
     return cast_v(binary("div", total, count), t.v.dtype)
-
-
-def _max_min(op: str, x: TileValue, dim: Any, keepdim: bool) -> Any:
-    if dim is None:
-        return reduce(op, x, None)
-    if isinstance(dim, TileValue):
-        return binary(op, x, dim)  # torch's elementwise overload: x.max(other)
-    raise UnsupportedOpError(f"`.{op}(dim)` returns indices, which device code does not support",
-                             user_loc(), f"use `.a{op}({dim})` for the values")
 
 
 def dot(a: Any, b: Any, acc: Any = None) -> TileValue:

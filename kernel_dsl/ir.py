@@ -26,7 +26,7 @@ BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_OPS = ("sum", "max", "min")
 # every other op kind; each has reference semantics in ir_verify and one rule per backend
-STRUCTURAL_OPS = ("load", "store", "const", "full", "iota", "tile_begin", "tile_id", "tile_size",
+STRUCTURAL_OPS = ("load", "store", "const", "full", "iota", "arange", "tile_begin", "tile_id", "tile_size",
                   "tile_count", "cast", "where", "reduce", "dot", "expand_dims", "transpose",
                   "broadcast", "pad_fill", "loop")
 

@@ -25,6 +25,8 @@ def _attrs(op: Op) -> str:
         return f"{shape_str(a['shape'])} {a['value']!r}"
     if k in ("iota", "tile_begin", "tile_id", "tile_count"):
         return repr(a["tile"])
+    if k == "arange":
+        return repr(a["size"])
     if k == "cast":
         return a["dtype"]
     if k == "reduce":

@@ -7,6 +7,7 @@ import torch
 
 from . import device_composites as dc
 from . import device_math as dm
+from . import device_positional as dp
 from .device_ops import (
     SUPPORTED_HINT,
     TileValue,
@@ -88,6 +89,11 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
     torch.special.softmax: dc.softmax, torch.special.log_softmax: dc.log_softmax,
     torch.logsumexp: dc.logsumexp, torch.special.logsumexp: dc.logsumexp,
     torch.squeeze: dc.squeeze,
+    torch.argmax: lambda x, dim=None, keepdim=False: dp.arg_reduce("max", x, dim, keepdim),
+    torch.argmin: lambda x, dim=None, keepdim=False: dp.arg_reduce("min", x, dim, keepdim),
+    torch.max: lambda x, dim=None, keepdim=False: dp.max_min("max", x, dim, keepdim),
+    torch.min: lambda x, dim=None, keepdim=False: dp.max_min("min", x, dim, keepdim),
+    torch.cumsum: dp.cumsum,
     torch.sum: _dim_kw(lambda x, d, k: reduce("sum", x, d, k)),
     torch.amax: _dim_kw(lambda x, d, k: reduce("max", x, d, k)),
     torch.amin: _dim_kw(lambda x, d, k: reduce("min", x, d, k)),

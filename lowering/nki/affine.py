@@ -151,6 +151,8 @@ class _Analyzer:
             return Splat(lit(float(v) if r.dtype in FLOAT_DTYPES else v), r.dtype)
         if k == "iota":
             return Affine(self.begin(a["tile"]), ((-1, 1),), "i32")
+        if k == "arange":
+            return Affine("0", ((-1, 1),), "i32")
         if any(x is None for x in ins):
             return None
         if k in ("broadcast", "expand_dims"):

@@ -159,6 +159,8 @@ class _KernelWriter:
         elif k == "iota":
             t = a["tile"]
             expr = f"{self.begin(t)} + jax.lax.broadcasted_iota(jnp.int32, ({self.plan.eb(t)},), 0)"
+        elif k == "arange":
+            expr = f"jax.lax.broadcasted_iota(jnp.int32, ({a['size']},), 0)"
         elif k == "tile_begin":
             expr = f"jnp.int32({self.begin(a['tile'])})"
         elif k == "tile_id":

@@ -162,6 +162,8 @@ class _KernelWriter:
             expr = full(shape_list(lay.shape(a["shape"])), a["value"], r.dtype)
         elif k == "iota":
             expr = self.offs(a["tile"])
+        elif k == "arange":  # a full dim's lanes (past `size`: masked like any full dim's)
+            expr = self.offs(a["size"])
         elif k == "tile_begin":
             expr = f"tl.cast({self.begin(a['tile'])}, tl.int32)"
         elif k == "tile_id":
