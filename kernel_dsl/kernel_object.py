@@ -20,6 +20,7 @@ from .arg_check import (
 from .autotune.cost_model import estimate
 from .autotune.search import STRATEGIES
 from .autotune.tuner import TuneResult, autotune, tuned_config
+from .bounded import Bounded
 from .check import CheckReport
 from .config import Config, ConfigSpace
 from .errors import (
@@ -150,10 +151,10 @@ class Kernel:
             self.static_shapes = static_shapes
         self._sizes: dict[tuple[int, int], int] = {}  # (argument, axis) -> the first size seen
         self._dynamic: set[tuple[int, int]] = set()  # axes known to change (bucket_plan.py)
-        self._plans: dict[tuple[Any, ...], bucket_plan.Padded | None] = {}
+        self._plans: dict[tuple[Any, ...], bucket_plan.Padded | None] = Bounded()
         self.stats = {"traces": 0, "renders": 0, "compiles": 0}
-        self._irs: dict[tuple[Any, ...], KernelIR] = {}
-        self._compiled: dict[tuple[Any, ...], Callable[..., tuple[torch.Tensor, ...]]] = {}
+        self._irs: dict[tuple[Any, ...], KernelIR] = Bounded()  # oldest out past the limit
+        self._compiled: dict[tuple[Any, ...], Callable[..., tuple[torch.Tensor, ...]]] = Bounded()
         self._jax: Any = None
         self._ops = make_ops(self)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from kernel_dsl import dtypes
+from kernel_dsl.bounded import Bounded
 
 from .. import Generated
 from .runner import interpreting, kernel_function
@@ -43,7 +44,7 @@ class CudaLauncher:
     def __init__(self, ops: KernelOps, interpret: bool = False):
         self.kernel = ops.kernel
         self.interpret = interpret  # CPU tests of the op's body through Triton's interpreter
-        self._cache: dict[tuple[Any, ...], tuple[Generated, Any]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[Generated, Any]] = Bounded()
 
     def entry(self, args: tuple[Any, ...]) -> tuple[Generated, Any]:
         stand_ins = tuple(_concrete(a) for a in args)
