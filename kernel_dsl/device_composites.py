@@ -28,6 +28,8 @@ from .errors import DTypeError, ShapeError
 from .ir import TileVar
 from .tracing import user_loc
 
+LN2 = 0.6931471805599453
+
 
 def _f32_in(x: Any, dtype: Any, what: str) -> tuple[TileValue, str]:
     """`x` (cast to `dtype` first, if given) in f32, and the dtype of the result."""
@@ -69,6 +71,20 @@ def logsumexp(x: Any, dim: Any, keepdim: bool = False) -> TileValue:
     return cast_v(out, out_dt)
 
 
+def logaddexp(a: Any, b: Any) -> TileValue:
+    """`log(exp(a) + exp(b))` as `max + log1p(exp(-|a - b|))` in f32; equal arguments (two
+    infinities of one sign included, where `a - b` is NaN) give `a + log(2)`, as torch."""
+    ta, tb = _as_tile(a), _as_tile(b)
+    dt = dtypes.promote(ta.v.dtype, tb.v.dtype)
+    if not dtypes.is_float(dt):
+        raise DTypeError(f"logaddexp of {dt} tiles is not supported (torch rejects it too)",
+                         user_loc(), "cast to a float dtype first")
+    fa, fb = cast_v(ta, "f32"), cast_v(tb, "f32")
+    gap = unary("exp", unary("neg", unary("abs", binary("sub", fa, fb))))
+    far = binary("add", binary("max", fa, fb), unary("log1p", gap))
+    return cast_v(where(binary("eq", fa, fb), binary("add", fa, LN2), far), dt)
+
+
 def squeeze(x: Any, dim: Any = None) -> TileValue:
     """Drops unit dims (all of them, or those of `dim`). A tile dim is never squeezed: its size
     is the block size, which the config picks."""
@@ -100,5 +116,5 @@ def addmm(acc: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> TileVal
 
 METHODS.update({
     "softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp, "squeeze": squeeze,
-    "addmm": addmm, "baddbmm": addmm,
+    "addmm": addmm, "baddbmm": addmm, "logaddexp": logaddexp,
 })

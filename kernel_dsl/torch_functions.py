@@ -88,7 +88,7 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
     F.log_softmax: lambda x, dim=None, _stacklevel=3, dtype=None: dc.log_softmax(x, dim, dtype),
     torch.special.softmax: dc.softmax, torch.special.log_softmax: dc.log_softmax,
     torch.logsumexp: dc.logsumexp, torch.special.logsumexp: dc.logsumexp,
-    torch.squeeze: dc.squeeze,
+    torch.squeeze: dc.squeeze, torch.logaddexp: dc.logaddexp,
     torch.argmax: lambda x, dim=None, keepdim=False: dp.arg_reduce("max", x, dim, keepdim),
     torch.argmin: lambda x, dim=None, keepdim=False: dp.arg_reduce("min", x, dim, keepdim),
     torch.max: lambda x, dim=None, keepdim=False: dp.max_min("max", x, dim, keepdim),

@@ -1,5 +1,5 @@
 """Composite ops over a dim of a tile: softmax, log_softmax, logsumexp (f32 accumulation, special
-values as torch gives them), squeeze, and addmm/baddbmm with beta and alpha, on every backend."""
+values as torch gives them), logaddexp, squeeze, and addmm/baddbmm with beta and alpha, on every backend."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -35,6 +35,7 @@ ROW_OPS: dict[str, Callable[[Any], Any]] = {
     "F.log_softmax_f32": lambda r: F.log_softmax(r, dim=-1, dtype=torch.float32).to(r.dtype),
     "logsumexp": lambda r: r - torch.logsumexp(r, dim=-1, keepdim=True),
     "logsumexp_squeezed": lambda r: r * 0 + r.logsumexp(1)[:, None],
+    "logaddexp": lambda r: torch.logaddexp(r, r * 0.5 - 1.0) + r.logaddexp(r),
     # (NKI lays out 3-D values only with a unit leading dim)
     "squeeze": lambda r: torch.squeeze(r[None] * 2, 0) + r.sum(-1, keepdim=True).squeeze()[:, None],
 }
