@@ -255,3 +255,27 @@ def test_integer_kernels_compile_for_a_real_gpu(dtype: torch.dtype) -> None:
     for k in (arith, shifts):
         report = get("triton").verify(k.generated(*args, backend="triton", target="cuda"))
         assert report["ok"], report["error"]
+
+
+@kd.kernel
+def ragged_int_min_max(x: torch.Tensor):
+    lo = torch.empty([x.shape[0]], dtype=x.dtype, device=x.device)
+    hi = torch.empty([x.shape[0]], dtype=x.dtype, device=x.device)
+    for tm in kd.tile(x.shape[0], block_size=8):
+        a = kd.full([tm], 2**31 - 1, dtype=torch.int32)
+        b = kd.full([tm], -2**31, dtype=torch.int32)
+        for tn in kd.tile(x.shape[1], block_size=128):
+            a = torch.minimum(a, x[tm, tn].amin(1))
+            b = torch.maximum(b, x[tm, tn].amax(1))
+        lo[tm], hi[tm] = a, b
+    return lo, hi
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int32_min_max_over_ragged_blocks(backend: str) -> None:
+    """The pad lanes of the last, ragged block hold the reduction's identity, which must survive
+    NKI's f32 engines (2**31 - 1 rounds to 2**31 there and wrapped to -2**31)."""
+    x = torch.randint(-100, 100, (19, 300), dtype=torch.int32)
+    with kd.backend(backend):
+        lo, hi = ragged_int_min_max(x)
+    assert torch.equal(lo, x.amin(1)) and torch.equal(hi, x.amax(1))

@@ -9,6 +9,14 @@ which is also the IR's semantics for f32 tiles; bf16/f16 tiles round once per op
 Integer add/sub/mul/neg (and narrowing int casts) wrap around as in torch: see `int_arith`, which
 also runs the integer bit ops (& | ^ ~ << >>). `//`, `%` and the rounding functions have no NKI
 instruction: expand.py rewrites them into these ops before the writer runs.
+
+Infinite immediates: AWS's kernels compare and mask with finite extremes, never with an inf
+immediate, so a comparison with +-inf clamps at float32's extreme `L` and compares with it
+(`inf_compare`): `x == -inf` is `max(x, -L) == -L`, true for -inf and for the -L that masks and pads
+hold, so a user's guard such as `torch.where(m == -inf, 0.0, m)` still sees fully masked rows (exp
+of a masked lane is then exp(-L - 0) = 0, never exp(-L - -L) = 1). The price: a float32 x equal to
++-L compares as infinite (no bf16/f16 value does). Arithmetic with +-inf keeps the user's value, as
+a memset tile operand (`x + inf` stays inf).
 """
 from __future__ import annotations
 
@@ -17,8 +25,9 @@ import math
 from kernel_dsl.errors import UnsupportedOpError
 from kernel_dsl.ir import Op, Value
 
+from .affine import PY_CMP, SWAP
 from .layout import Core, axis_map, carry
-from .names import SHORT
+from .names import FP32_MAX, SHORT, inf_sign
 from .writer import CMP, Operand, Tile, Writer, at
 
 ALU = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "max": "nl.maximum",
@@ -120,6 +129,15 @@ def binary(w: Writer, op: Op) -> None:
     kind = op.kind
     if a.kind == "scalar" and b.kind == "scalar":  # not folded at trace time: start from a tile
         a = Operand("full", tile=w.splat(a.expr, rc.phys(ro), a_v.dtype))
+    if kind in CMP and (a.kind == "scalar" or b.kind == "scalar"):
+        x, c, kind = (a, b.expr, kind) if b.kind == "scalar" else (b, a.expr, SWAP[kind])
+        if inf_sign(c):
+            return inf_compare(w, r, x, kind, inf_sign(c))
+    # x + inf: the user's inf as a memset tile (AWS memsets -inf), never an inf immediate
+    if a.kind == "scalar" and inf_sign(a.expr):
+        a = Operand("full", tile=w.fill(a.expr, rc.phys(ro), a_v.dtype))
+    if b.kind == "scalar" and inf_sign(b.expr):
+        b = Operand("full", tile=w.fill(b.expr, rc.phys(ro), b_v.dtype))
     if kind == "div":
         if b.kind == "scalar":
             b, kind = Operand("scalar", f"1.0 / {b.expr}"), "mul"
@@ -142,9 +160,21 @@ def binary(w: Writer, op: Op) -> None:
                f"operand0={vector(w, b_v, b)})")
     else:
         assert b.kind == "full" and b.tile is not None, "a broadcast result has a full operand"
-        rev = "" if kind in COMMUTATIVE else ", reverse0=True"
-        w.line(f"nisa.tensor_scalar(dst={res.name}, data={b.tile.name}, op0={ALU[kind]}, "
-               f"operand0={vector(w, a_v, a)}{rev})")
+        op = f"op0={ALU[SWAP.get(kind, kind)]}, operand0={vector(w, a_v, a)}"
+        if kind == "sub":  # c - x as (x * -1) + c, exact: AWS passes reverse0 only with an op1
+            op = f"op0=nl.multiply, operand0=-1.0, op1=nl.add, operand1={vector(w, a_v, a)}"
+        assert kind in COMMUTATIVE or kind in SWAP or kind == "sub", kind
+        w.line(f"nisa.tensor_scalar(dst={res.name}, data={b.tile.name}, {op})")
+    w.define(r, res)
+
+
+def inf_compare(w: Writer, r: Value, x: Operand, kind: str, sign: int) -> None:
+    """`x kind (sign * inf)` as `clamp(x) kind (sign * L)`, one tensor_scalar (see the module doc)."""
+    assert x.kind == "full" and x.tile is not None, "a broadcast result has a full operand"
+    lim, clamp = (FP32_MAX, "nl.minimum") if sign > 0 else (f"-{FP32_MAX}", "nl.maximum")
+    res = w.new_result(r)
+    w.line(f"nisa.tensor_scalar(dst={res.name}, data={x.tile.name}, op0={clamp}, operand0={lim}, "
+           f"op1={CMP[kind]}, operand1={lim})", comment=f"{PY_CMP[kind]} {'-' if sign < 0 else ''}inf")
     w.define(r, res)
 
 
@@ -227,7 +257,10 @@ def broadcast(w: Writer, op: Op) -> None:
         return
     with at(w, x):
         tile = w.full(x, rc, ro)
-    w.tiles[(r.id, ro)] = tile
+    # the result's own dims: a store of it slices ragged edges by them (the broadcast tile has
+    # None for the dims it was broadcast along)
+    dims = (rc.part_dim(ro), rc.free_dim(ro))
+    w.tiles[(r.id, ro)] = Tile(tile.name, tile.phys, tile.dtype, dims, tile.version)
     w.slots[r.id] = w.em.slot()
 
 

@@ -5,10 +5,18 @@
   wherever it can).
 - `pad_fill`: `nisa.affine_select` keeps lanes whose global index `t0 + lane` is below the extent
   (`extent - 1 - t0 - lane >= 0`): lane runs along the partitions (channel_multiplier=-1) or the
-  free axis (pattern [[-1, F]]). Emitted only for tiles that are ragged under the config.
+  free axis (pattern [[-1, F]]). Emitted only for tiles that are ragged under the config. A max's
+  -inf identity is the finite -3.4028235e38 (names.FP32_MAX), the value AWS masks with; it is
+  still the identity for any row with one real lane, and comparisons against -inf count it as
+  -inf (lower_elementwise.inf_compare), so `m == -inf` guards see fully masked rows.
 - `where`: with an affine predicate (e.g. the causal mask `q_idx + c >= k_idx`) and a scalar
-  branch it is one `affine_select`; otherwise the result starts as the false branch and
-  `tensor_copy_predicated` copies the true branch where the uint8 predicate is set.
+  branch it is one `affine_select`, whose scalar `on_false_value` is made finite as above (AWS's
+  masks are finite: a user's `float("-inf")` mask becomes -3.4028235e38); otherwise the result
+  starts as the false branch and `tensor_copy_predicated` copies the true branch, always a tile
+  (AWS passes `src` as a tensor), where the uint8 predicate is set. Those branch tiles are memsets
+  of the user's own value, -inf included: AWS memsets -inf under a predicated copy the same way
+  (nki-library core/attention/attention_tkg.py), and it is a value the kernel may store (an lse of
+  -inf), not a mask.
 """
 from __future__ import annotations
 
@@ -16,8 +24,10 @@ from kernel_dsl.ir import Op, TileVar
 
 from .affine import FLIP, Pred, Scalar, Splat
 from .layout import orient_with
-from .names import lit
+from .names import finite, lit
 from .writer import CMP, Writer, at
+
+I32_IN_F32_MAX = float(2**31 - 128)  # the largest float32 below 2**31
 
 # max/min propagate NaN as torch's do, with no fix-up: the SDK documents nl.maximum/nl.max as
 # "similar to numpy.maximum/numpy.max" (NaN-propagating), AWS's simulator computes them with
@@ -56,6 +66,8 @@ def pad_fill(w: Writer, op: Op) -> None:
     pos = xc.pos_of(op.attrs["axis"])
     assert pos is not None, "a ragged tile dim is never a dropped unit dim"
     fill = float(op.attrs["fill"])
+    if r.dtype == "i32":  # the engines carry int32 in f32: 2**31 - 1 would round to 2**31 and wrap
+        fill = min(fill, I32_IN_F32_MAX)  # (to -2**31), so a min's pad would win every row
     key = (f"%{x.id}", f"pad {ro} {pos} {fill!r}")
     if key not in w.converted:  # written next to `x`: the IR repeats it before each consumer
         with at(w, x):
@@ -64,10 +76,11 @@ def pad_fill(w: Writer, op: Op) -> None:
             f = res.phys[1]
             on_part = pos == xc.part_pos(ro)
             pattern, cm = (f"[[0, {f}]]", -1) if on_part else (f"[[-1, {f}]]", 0)
+            value = finite(lit(fill))
             w.line(f"nisa.affine_select(dst={res.name}, pattern={pattern}, channel_multiplier={cm}, "
-                   f"on_true_tile={src.name}, on_false_value={lit(fill)}, cmp_op=nl.greater_equal, "
+                   f"on_true_tile={src.name}, on_false_value={value}, cmp_op=nl.greater_equal, "
                    f"offset={t.extent - 1} - {w.begin(t)})",
-                   comment=f"lanes of {t!r} past {t.extent} -> {lit(fill)}")
+                   comment=f"lanes of {t!r} past {t.extent} -> {value}")
         w.converted[key] = res
     w.tiles[(r.id, ro)] = w.converted[key]
     w.slots[r.id] = w.em.slot()
@@ -82,13 +95,14 @@ def where(w: Writer, op: Op) -> None:
     if isinstance(pred, Pred) and (a_s or b_s):
         keep, other, cmp = (a_v, b_v, pred.cmp) if b_s else (b_v, a_v, FLIP[pred.cmp])
         if a_s and b_s:
-            on_true = w.splat(w.virt[a_v.id].expr, rc.phys(ro), r.dtype)  # type: ignore[union-attr]
+            on_true = w.fill(w.virt[a_v.id].expr, rc.phys(ro), r.dtype)  # type: ignore[union-attr]
         else:
             with at(w, keep):
                 on_true = w.full(keep, rc, ro)
         fv = w.virt[other.id]
         assert isinstance(fv, (Scalar, Splat))
         false_expr = fv.expr if fv.dtype in ("f32", "bf16", "f16") else f"float({fv.expr})"
+        false_expr = finite(false_expr)
         pos = rc.part_pos(ro)
         d = pred.diff
         res = w.new_result(r)
@@ -108,12 +122,12 @@ def where(w: Writer, op: Op) -> None:
         w.line(f"nisa.tensor_copy(dst={res.name}, src={bt.name})")
     with at(w, c_v):
         mask = w.full(c_v, rc, ro)
-    if a_s:
-        src = w.virt[a_v.id].expr  # type: ignore[union-attr]
+    if a_s:  # AWS's src is a tensor: a tile filled with the value
+        src = w.fill(w.virt[a_v.id].expr, rc.phys(ro), r.dtype)  # type: ignore[union-attr]
     else:
         with at(w, a_v):
-            src = w.cast(w.full(a_v, rc, ro), r.dtype).name
-    w.line(f"nisa.tensor_copy_predicated(dst={res.name}, src={src}, predicate={mask.name})")
+            src = w.cast(w.full(a_v, rc, ro), r.dtype)
+    w.line(f"nisa.tensor_copy_predicated(dst={res.name}, src={src.name}, predicate={mask.name})")
     w.define(r, res)
 
 

@@ -16,6 +16,36 @@ SHORT = {"f32": "f32", "bf16": "bf16", "f16": "f16", "i32": "i32", "i16": "i16",
          "u8": "u8", "bool": "u8"}
 
 
+# The finite stand-in for -inf/+inf in masks, pads and comparisons: AWS's kernels mask and start
+# running maxima with float32's lowest, -3.4028235e38 (nki-library core/attention/attention_cte.py
+# and attention_bwd.py, `_FLOAT32_MIN`), not with -inf. One value for every dtype, as there: in a
+# bf16/f16 tile it rounds to -inf on storage, and comparisons clamp at it (lower_elementwise), which
+# no finite bf16/f16 value reaches, so a mask is recognised after any cast.
+FP32_MAX = "3.4028235e38"
+
+
+def literal(expr: str) -> float | None:
+    """The number a literal expression (as `lit` writes it) stands for; None for anything with
+    names of the generated code (`tq0 + 3`)."""
+    try:
+        x = eval(expr, {"__builtins__": {}, "float": float, "int": int, "bool": bool})  # noqa: S307
+    except Exception:
+        return None
+    return float(x) if isinstance(x, (int, float)) else None
+
+
+def inf_sign(expr: str) -> int:
+    """+1 / -1 if `expr` is the literal +inf / -inf, else 0."""
+    x = literal(expr)
+    return 0 if x is None or not math.isinf(x) else (1 if x > 0 else -1)
+
+
+def finite(expr: str) -> str:
+    """`expr` with +-inf replaced by float32's finite extreme, AWS's mask value."""
+    sign = inf_sign(expr)
+    return expr if not sign else (FP32_MAX if sign > 0 else f"-{FP32_MAX}")
+
+
 def lit(x: Any) -> str:
     """A Python literal for a constant in generated code (floats keep their inf/nan)."""
     if isinstance(x, bool):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from kernel_dsl.bounded import Bounded
 from kernel_dsl.errors import BackendError
 from kernel_dsl.tracing import user_loc
 
@@ -74,7 +75,7 @@ def make_neuron_op(ops: KernelOps) -> Any:
     """`kernel_dsl::<base>_neuron`: the kernel's NKI rendering as a TorchNeuron op."""
     nki_op, wrap_nki = _load(ops)
     kernel = ops.kernel
-    callers: dict[tuple[Any, ...], Any] = {}
+    callers: dict[tuple[Any, ...], Any] = Bounded()  # oldest build out past the limit
 
     def run(*args: Any) -> list[torch.Tensor]:
         key = kernel.arg_key(args)

@@ -20,7 +20,7 @@ from kernel_dsl.ir import Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
 from .affine import Affine, Pred, Scalar, Splat, Virtual, analyze
 from .emitter import Block, Emitter
 from .layout import Core, infer, make_core, orient_with
-from .names import BYTES, NL_DTYPE, SHORT, begin, count, index, shape
+from .names import BYTES, NL_DTYPE, SHORT, begin, count, index, literal, shape
 from .targets import MOVING_FMAX, PMAX, Target
 
 RESERVED = {"nki", "nl", "nisa", "range", "min", "max", "float", "int", "bool", "r0", "c0",
@@ -255,14 +255,30 @@ class Writer:
         name = f"{kind}_{SHORT[dtype]}_{phys[0]}x{phys[1]}"
         if name not in self.consts:
             self.used.add(name)
-            self.em.push(self.prologue)
-            saved, self.loc = self.loc, None
-            self.alloc(name, phys, dtype)
-            self.line(f"nisa.memset(dst={name}, value={value})")
-            self.loc = saved
-            self.em.pop()
+            self.prologue_memset(name, phys, dtype, value)
             self.consts[name] = name
         return name
+
+    def fill(self, expr: str, phys: tuple[int, int], dtype: str) -> Tile:
+        """A read-only tile holding `expr` (an operand that must be a tensor): a literal is memset
+        once in the prologue and shared, anything else (`tq0 + 3`) is memset here."""
+        if literal(expr) is None:
+            return self.splat(expr, phys, dtype)
+        key = ("fill", expr, phys, dtype)
+        if key not in self.converted:
+            name = self.fresh(f"fill_{SHORT[dtype]}")
+            value = expr if dtype in ("f32", "bf16", "f16") else f"int({expr})"
+            self.prologue_memset(name, phys, dtype, value)
+            self.converted[key] = Tile(name, phys, dtype)
+        return self.converted[key]
+
+    def prologue_memset(self, name: str, phys: tuple[int, int], dtype: str, value: str) -> None:
+        self.em.push(self.prologue)
+        saved, self.loc = self.loc, None
+        self.alloc(name, phys, dtype)
+        self.line(f"nisa.memset(dst={name}, value={value})")
+        self.loc = saved
+        self.em.pop()
 
     def broadcast_partitions(self, t: Tile, p: int) -> Tile:
         """(1, F) -> (p, F): `ones(1, p).T @ row` on TensorE (K = 1, so each output element is
