@@ -14,7 +14,7 @@ import torch
 
 from . import dtypes
 from .errors import ControlFlowError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
-from .ir import Dim, Region, TileVar, Value, broadcast_shapes, shape_str
+from .ir import FP8_OPS, Dim, Region, TileVar, Value, broadcast_shapes, shape_str
 from .tracing import Tracer, current, user_loc
 
 Scalar = (int, float, bool)
@@ -250,6 +250,12 @@ SUPPORTED_HINT = ("device code supports arithmetic and comparisons, @ / torch.ma
 
 def _emit(kind: str, operands: list[Value], attrs: dict[str, Any], shape: tuple[Dim, ...] | None,
           dtype: str | None) -> Any:
+    if kind not in FP8_OPS and any(o.dtype in dtypes.FP8 for o in operands):
+        fp8 = next(o.dtype for o in operands if o.dtype in dtypes.FP8)
+        raise DTypeError(f"`{kind}` of a {fp8} tile: float8 is a storage format (torch has no "
+                         "arithmetic on it either)", user_loc(),
+                         "cast to float32 first (`x.float()`); float8 tiles load, store, cast "
+                         "and matmul (with a float32 result)")
     v = _tracer().emit(kind, operands, attrs, shape, dtype)
     return TileValue(v) if v is not None else None
 
@@ -499,8 +505,9 @@ def dot(a: Any, b: Any, acc: Any = None) -> TileValue:
     ta = pad_fill(ta, ta.v.rank - 1, 0.0)
     tb = pad_fill(tb, tb.v.rank - 2, 0.0)
     shape = ta.v.shape[:-1] + (tb.v.shape[-1],)
-    if acc is None:
-        return _emit("dot", [ta.v, tb.v], {}, shape, ta.v.dtype)
+    if acc is None:  # float8 products come out in f32, their accumulation dtype (as Helion's)
+        dt = "f32" if ta.v.dtype in dtypes.FP8 else ta.v.dtype
+        return _emit("dot", [ta.v, tb.v], {}, shape, dt)
     tacc = _as_tile(acc)
     if tacc.v.shape != shape:
         raise ShapeError(f"dot accumulator is {shape_str(tacc.v.shape)}, product is "

@@ -3,10 +3,16 @@ from __future__ import annotations
 
 import torch
 
+from .ir import FP8_DTYPES
+
 TORCH_TO_IR: dict[torch.dtype, str] = {
     torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
     torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "bool",
+    torch.float8_e4m3fn: "f8e4m3fn", torch.float8_e5m2: "f8e5m2",
 }
+# storage formats: loads, stores, casts and matmuls (f32 accumulation) only, as in torch, whose
+# elementwise ops and type promotion reject them too
+FP8 = FP8_DTYPES
 IR_TO_TORCH = {v: k for k, v in TORCH_TO_IR.items()}
 
 _WHY_NOT = {
@@ -28,17 +34,21 @@ INT_BITS = {"i32": 32, "i16": 16, "i8": 8, "u8": 8}
 
 
 def is_float(name: str) -> bool:
-    return name in ("f32", "bf16", "f16")
+    return name in ("f32", "bf16", "f16", "f8e4m3fn", "f8e5m2")
 
 
 # torch's promotion between two tensors, computed once: the tracer runs under a torch-function
 # mode, so no torch call may happen while device code is recorded. Mixed int widths that torch
 # would widen to int64 stay 32-bit here.
 _PROMOTE = {(a, b): TORCH_TO_IR.get(torch.promote_types(ta, tb), "i32")
-            for ta, a in TORCH_TO_IR.items() for tb, b in TORCH_TO_IR.items()}
+            for ta, a in TORCH_TO_IR.items() for tb, b in TORCH_TO_IR.items()
+            if a not in FP8 and b not in FP8}  # torch: "Promotion for Float8 Types is not supported"
 
 
 def promote(a: str, b: str) -> str:
+    """Callers reject fp8 operands first (device_ops `_emit`)."""
+    if a in FP8 or b in FP8:
+        return a if a in FP8 else b
     return _PROMOTE[(a, b)]
 
 

@@ -16,8 +16,13 @@ from .errors import SourceLoc
 # dtype names used in the IR; frontends and backends map them to their own types.
 FLOAT_DTYPES = ("f32", "bf16", "f16")
 INT_DTYPES = ("i32", "i16", "i8", "u8")
-ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
-DTYPE_BITS = {"f32": 32, "bf16": 16, "f16": 16, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "bool": 8}
+# storage-only floats: they flow into loads, stores, casts, data movement and matmuls (docs/ir.md)
+FP8_DTYPES = ("f8e4m3fn", "f8e5m2")
+FP8_OPS = ("load", "store", "cast", "dot", "pad_fill", "expand_dims", "transpose", "broadcast",
+           "full", "loop")
+ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + FP8_DTYPES
+DTYPE_BITS = {"f32": 32, "bf16": 16, "f16": 16, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "bool": 8,
+              "f8e4m3fn": 8, "f8e5m2": 8}
 
 UNARY_OPS = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not",
              "relu", "sin", "cos", "erf", "floor", "ceil", "round", "log1p", "expm1")

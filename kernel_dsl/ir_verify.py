@@ -7,6 +7,8 @@ from .ir import (
     BINARY_OPS,
     COMPARE_OPS,
     FLOAT_DTYPES,
+    FP8_DTYPES,
+    FP8_OPS,
     REDUCE_OPS,
     STRUCTURAL_OPS,
     UNARY_OPS,
@@ -42,6 +44,8 @@ def _check_dtypes(op: Op) -> None:
         _fail(op, f"`{k}` of float operands")
     if k in FLOAT_ONLY and not dts <= set(FLOAT_DTYPES):
         _fail(op, f"`{k}` of {sorted(dts)}: float operands only")
+    if k not in FP8_OPS and (dts | {op.result.dtype if op.result else None}) & set(FP8_DTYPES):
+        _fail(op, f"`{k}` of float8 values: they only load, store, cast, move and multiply")
 
 
 def _check_op(op: Op, defined: set[int]) -> None:

@@ -231,6 +231,14 @@ def cast(w: Writer, op: Op) -> None:
         w.line(f"nisa.tensor_copy(dst={x32}, src={src.name})")
         wrap_int32(w, x32, src.phys, r.dtype)
         src = Tile(x32, src.phys, "i32")
+    if r.dtype == "f8e4m3fn" and src.dtype != "bool":
+        # torch saturates at the largest e4m3fn, 448 (inf too); the conversion on the way out of
+        # the engine is not documented to, so clamp first (min/max keep NaN, the SDK says)
+        sat = w.fresh(f"{src.name}_sat")
+        w.alloc(sat, src.phys, "f32")
+        w.line(f"nisa.tensor_scalar(dst={sat}, data={src.name}, op0=nl.minimum, operand0=448.0, "
+               "op1=nl.maximum, operand1=-448.0)")
+        src = Tile(sat, src.phys, "f32")
     w.line(f"nisa.tensor_copy(dst={res.name}, src={src.name})")
     w.define(r, res)
 

@@ -9,11 +9,13 @@ from kernel_dsl.ir import TileVar
 
 NL_DTYPE = {"f32": "nl.float32", "bf16": "nl.bfloat16", "f16": "nl.float16", "i32": "nl.int32",
             "i16": "nl.int16", "i8": "nl.int8", "u8": "nl.uint8",
-            "bool": "nl.uint8"}  # on-chip booleans are uint8 0/1: what predicates take
+            "bool": "nl.uint8",  # on-chip booleans are uint8 0/1: what predicates take
+            "f8e4m3fn": "nl.float8_e4m3fn", "f8e5m2": "nl.float8_e5m2"}
 HBM_DTYPE = {**NL_DTYPE, "bool": "nl.bool_"}
-BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "bool": 1}
+BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "bool": 1,
+         "f8e4m3fn": 1, "f8e5m2": 1}
 SHORT = {"f32": "f32", "bf16": "bf16", "f16": "f16", "i32": "i32", "i16": "i16", "i8": "i8",
-         "u8": "u8", "bool": "u8"}
+         "u8": "u8", "bool": "u8", "f8e4m3fn": "f8e4m3fn", "f8e5m2": "f8e5m2"}
 
 
 # The finite stand-in for -inf/+inf in masks, pads and comparisons: AWS's kernels mask and start

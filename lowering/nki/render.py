@@ -9,7 +9,7 @@ edge counts and mask offsets are Python ints. Layout rules: layout.py; op rules:
 from __future__ import annotations
 
 from kernel_dsl.config import Config, block_values
-from kernel_dsl.errors import ConfigError
+from kernel_dsl.errors import BackendError, ConfigError
 from kernel_dsl.ir import KernelIR
 
 from .. import Generated
@@ -42,9 +42,26 @@ def check_knobs(ir: KernelIR, config: Config) -> None:
                           "kd.block_size knobs); loop_mode and other knobs belong to other backends")
 
 
+def check_dtypes(ir: KernelIR, tgt: Target) -> None:
+    """torch's float8_e4m3fn is NKI's float8_e4m3fn, a NeuronCore-v4 type (notes/nki.md §2). The
+    older cores' float8_e4m3 is another format (IEEE-style: inf and NaN, largest 240)."""
+    if tgt.gen >= 4:
+        return
+    found = [(f"argument `{p.name}`", ir.loc) for p in ir.inputs + ir.outputs
+             if p.dtype == "f8e4m3fn"]
+    found += [("a value", op.loc) for op in ir.body.walk()
+              if any(r.dtype == "f8e4m3fn" for r in op.results)]
+    if found:
+        what, loc = found[0]
+        raise BackendError(f"{tgt.name} ({tgt.version}) has no float8_e4m3fn ({what}): its "
+                           "float8_e4m3 is a different format", loc,
+                           "target trn3, or use torch.float8_e5m2, which every NeuronCore has")
+
+
 def write(ir: KernelIR, config: Config, target: str) -> tuple[Writer, list[str]]:
     """The writer (with roles and the SBUF estimate) and the kernel body's lines."""
     tgt = target_of(target, ir)
+    check_dtypes(ir, tgt)
     check_knobs(ir, config)
     ir = expand(ir)  # `//`, `%`, rounding, log1p/expm1: no NKI instruction of their own
     blocks = block_values(ir, config)

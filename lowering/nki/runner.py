@@ -116,6 +116,8 @@ def to_torch(a: Any, dtype: torch.dtype) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
     if dtype == torch.bool:
         return torch.from_numpy(a.astype(np.bool_))
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and a.dtype.itemsize == 1:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).view(dtype)  # ml_dtypes'
     return torch.from_numpy(np.ascontiguousarray(a)).to(dtype)
 
 

@@ -78,7 +78,8 @@ def lower_check(job: Job) -> CheckEntry | None:
 
 
 _JNP = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i32": "int32", "i16": "int16",
-        "i8": "int8", "u8": "uint8", "bool": "bool"}
+        "i8": "int8", "u8": "uint8", "bool": "bool", "f8e4m3fn": "float8_e4m3fn",
+        "f8e5m2": "float8_e5m2"}
 
 
 _LIBTPU_ARGS = f"{os.environ.get('LIBTPU_INIT_ARGS', '')} --logtostderr".strip()

@@ -26,7 +26,8 @@ from .runner import load_module  # noqa: E402
 from .vmem_search import smallest_limit  # noqa: E402
 
 _DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16, "i32": jnp.int32,
-           "i16": jnp.int16, "i8": jnp.int8, "u8": jnp.uint8, "bool": jnp.bool_}
+           "i16": jnp.int16, "i8": jnp.int8, "u8": jnp.uint8, "bool": jnp.bool_,
+           "f8e4m3fn": jnp.float8_e4m3fn, "f8e5m2": jnp.float8_e5m2}
 _devices: dict[str, Any] = {}
 
 

@@ -28,7 +28,8 @@ from kernel_dsl.version import __version__
 from .. import Generated
 
 _JNP = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "i32": "int32", "i16": "int16",
-        "i8": "int8", "u8": "uint8", "bool": "bool"}
+        "i8": "int8", "u8": "uint8", "bool": "bool", "f8e4m3fn": "float8_e4m3fn",
+        "f8e5m2": "float8_e5m2"}
 Specs = list[tuple[tuple[int, ...], str]]
 FORMAT = 1  # bump when what is exported changes other than through the source (runner.py's call)
 

@@ -13,7 +13,8 @@ from .plan import AxisPlan, LoopPhase, Plan, plan_for
 from .targets import tpu_target
 
 JNP = {"f32": "jnp.float32", "bf16": "jnp.bfloat16", "f16": "jnp.float16", "i32": "jnp.int32",
-       "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8", "bool": "jnp.bool_"}
+       "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8", "bool": "jnp.bool_",
+       "f8e4m3fn": "jnp.float8_e4m3fn", "f8e5m2": "jnp.float8_e5m2"}
 UNARY = {"exp": "jnp.exp({})", "exp2": "jnp.exp2({})", "log": "jnp.log({})",
          "sqrt": "jnp.sqrt({})", "rsqrt": "jax.lax.rsqrt({})", "tanh": "jnp.tanh({})",
          "sigmoid": "jax.nn.sigmoid({})", "abs": "jnp.abs({})", "neg": "-{}",
@@ -176,6 +177,9 @@ class _KernelWriter:
             expr = self.elementwise(op, ins)
         elif k == "where":
             expr = f"jnp.where({ins[0]}, {ins[1]}, {ins[2]})"
+        elif k == "cast" and a["dtype"] == "f8e4m3fn" and op.operands[0].dtype != "bool":
+            # torch saturates at the largest e4m3fn (inf too); JAX (ml_dtypes) gives NaN there
+            expr = f"jnp.clip({ins[0]}, -448, 448).astype(jnp.float8_e4m3fn)"
         elif k == "cast":
             expr = f"{ins[0]}.astype({JNP[a['dtype']]})"
         elif k == "reduce":
@@ -425,6 +429,15 @@ def _index_map(plan: Plan, axes: list[AxisPlan], nargs: int) -> str:
     return f"lambda {', '.join(params)}: {tup(parts)}"
 
 
+def _no_fp8_dots(ir: KernelIR, target: str) -> None:
+    for op in ir.body.walk():
+        if op.kind == "dot" and op.operands[0].dtype in ("f8e4m3fn", "f8e5m2"):
+            raise BackendError(f"{target} cannot multiply {op.operands[0].dtype} tiles: its "
+                               "compiler rejects float8 matmul operands", op.loc,
+                               "cast the operands to bfloat16 for this target, or target "
+                               "tpu-v5e or newer")
+
+
 def render(ir: KernelIR, config: Config, target: str) -> Generated:
     mode = config.knobs.get("loop_mode", "grid")
     if mode not in LOOP_MODES:
@@ -437,6 +450,8 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
     plan = plan_for(ir, config)
     em = _Emitter()
     tgt = tpu_target(target)
+    if tgt is not None and not tgt.fp8_dot:
+        _no_fp8_dots(ir, tgt.name)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     scratch: list[Scratch] = []
     ins, outs = ir.inputs, ir.outputs

@@ -26,6 +26,11 @@ class TpuTarget:
     peak_bf16_flops: float  # per chip
     hbm_bytes_per_s: float
     mxu_size: int
+    # the real compiler takes float8 (e4m3fn, e5m2) matmul operands. libtpu 0.0.52, compile-only:
+    # v4 rejects them ("CompileTimeMosaicUnsupportedRhsType: Unsupported matmul RHS type on
+    # target: vector<128x128xf8E4M3FN>"); v5e, v5p, v6e and TPU7x compile them. Whether the MXU
+    # runs them natively or the compiler widens them first is not visible from a compile.
+    fp8_dot: bool = True
 
     @property
     def vmem_limit(self) -> int:
@@ -40,7 +45,7 @@ class TpuTarget:
 
 TARGETS: dict[str, TpuTarget] = {t.name: t for t in (
     TpuTarget("tpu-v4", "v4:2x2x1", "TPU v4", 16 * MiB, 16 * MiB, True,
-              ("f32", "bf16", "i8"), False, 16, 275e12, 1.23e12, 128),
+              ("f32", "bf16", "i8"), False, 16, 275e12, 1.23e12, 128, fp8_dot=False),
     TpuTarget("tpu-v5e", "v5e:2x2", "TPU v5 lite", 128 * MiB, 16 * MiB, False,
               ("f32", "bf16", "i8"), False, 16, 197e12, 0.819e12, 128),
     TpuTarget("tpu-v5p", "v5p:2x2x1", "TPU v5", 64 * MiB, 16 * MiB, True,

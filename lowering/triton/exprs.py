@@ -11,12 +11,15 @@ import math
 from typing import Any
 
 TL = {"f32": "tl.float32", "bf16": "tl.bfloat16", "f16": "tl.float16", "i32": "tl.int32",
-      "i16": "tl.int16", "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1"}
+      "i16": "tl.int16", "i8": "tl.int8", "u8": "tl.uint8", "bool": "tl.int1",
+      "f8e4m3fn": "tl.float8e4nv", "f8e5m2": "tl.float8e5"}
 TORCH = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16",
          "i32": "torch.int32", "i16": "torch.int16", "i8": "torch.int8", "u8": "torch.uint8",
-         "bool": "torch.bool"}
+         "bool": "torch.bool", "f8e4m3fn": "torch.float8_e4m3fn", "f8e5m2": "torch.float8_e5m2"}
 SIG = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32", "i16": "i16", "i8": "i8",
-       "u8": "u8", "bool": "i1"}  # pointer element types in a Triton kernel signature
+       "u8": "u8", "bool": "i1", "f8e4m3fn": "fp8e4nv", "f8e5m2": "fp8e5"}  # pointer element
+# types in a Triton kernel signature
+FP8 = ("f8e4m3fn", "f8e5m2")
 FLOATS = ("f32", "bf16", "f16")
 HALF = ("bf16", "f16")
 # ops whose builtin takes f32 only: 16-bit inputs go through f32
@@ -72,6 +75,55 @@ def _to_bf16(x):
     bits = bits + 0x7FFF + ((bits >> 16) & 1)
     r = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     return tl.where(x != x, x.to(tl.bfloat16), r)  # NaN stays NaN (no bf16 literal: Triton 3.7)
+''',
+    "_f8_bits": '''
+@triton.jit
+def _f8_bits(x, MBITS: tl.constexpr, BIAS: tl.constexpr, LARGEST: tl.constexpr,
+             TINY: tl.constexpr, SMALLEST_NORMAL: tl.constexpr):
+    """The bits (int32, sign included) of the float8 value nearest to f32 `x` (ties to even),
+    |x| at most LARGEST; TINY is the subnormal spacing. Done on f32 bits: Triton's interpreter
+    converts to float8 wrongly."""
+    a = tl.minimum(tl.abs(x), LARGEST)
+    e = tl.maximum(((a.to(tl.int32, bitcast=True) >> 23) & 255) - 127, 1 - BIAS)
+    step = ((e - MBITS + 127) << 23).to(tl.float32, bitcast=True)  # the spacing at a: 2**k
+    q = ((a / step + 8388608.0) - 8388608.0) * step  # a / step is exact; + 2**23 rounds it
+    qb = q.to(tl.int32, bitcast=True)
+    normal = (((qb >> 23) & 255) - 127 + BIAS) << MBITS | ((qb >> (23 - MBITS)) & ((1 << MBITS) - 1))
+    b = tl.where(q >= SMALLEST_NORMAL, normal, (q / TINY).to(tl.int32))
+    return b | ((x.to(tl.int32, bitcast=True) >> 24) & 128)
+''',
+    "_from_f8e4m3fn": '''
+@triton.jit
+def _from_f8e4m3fn(x):
+    """float8_e4m3fn -> f32: its all-ones patterns are NaN (Triton 3.7's interpreter reads 480)."""
+    b = x.to(tl.uint8, bitcast=True)
+    return tl.where((b & 127) == 127, float("nan"), x.to(tl.float32))
+''',
+    "_from_f8e5m2": '''
+@triton.jit
+def _from_f8e5m2(x):
+    """float8_e5m2 -> f32: an all-ones exponent is inf or NaN (Triton 3.7's interpreter reads
+    65536 and up)."""
+    b = x.to(tl.uint8, bitcast=True)
+    inf = tl.where((b & 128) != 0, -float("inf"), float("inf"))
+    special = tl.where((b & 3) == 0, inf, float("nan"))
+    return tl.where((b & 124) == 124, special, x.to(tl.float32))
+''',
+    "_to_f8e4m3fn": '''
+@triton.jit
+def _to_f8e4m3fn(x):
+    """f32 -> float8_e4m3fn as torch converts: ties to even, saturating at +-448, NaN kept."""
+    b = tl.where(x != x, 127, _f8_bits(x, 3, 7, 448.0, 0.001953125, 0.015625))
+    return b.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+''',
+    "_to_f8e5m2": '''
+@triton.jit
+def _to_f8e5m2(x):
+    """f32 -> float8_e5m2 as torch converts: ties to even, |x| >= 61440 to inf, NaN kept."""
+    b = _f8_bits(x, 2, 15, 57344.0, 0.0000152587890625, 0.00006103515625)
+    b = tl.where(tl.abs(x) >= 61440.0, (b & 128) | 124, b)
+    b = tl.where(x != x, 127, b)
+    return b.to(tl.uint8).to(tl.float8e5, bitcast=True)
 ''',
     "_tanh": '''
 @triton.jit
@@ -167,6 +219,9 @@ def bf16_full(shape: str, literal: str) -> str:
 
 def fill_lit(value: Any, dtype: str) -> str:
     """A fill value as a literal of `dtype`'s kind (a float literal would promote an int tile)."""
+    if dtype in FP8:  # only matmul padding fills float8 (no other op takes it): a float8 zero
+        assert float(value) == 0, value
+        return f"tl.zeros([], {TL[dtype]})"
     if dtype == "bf16" and float(value) != 0:  # fills are 0, +-inf, NaN: exact in bf16
         return bf16_full("[]", lit(float(value)))
     if dtype in FLOATS:
@@ -194,7 +249,12 @@ def up(x: str, dtype: str) -> str:
 
 def narrow(x: str, dst: str, cpu: bool, helpers: set[str]) -> str:
     """An f32 expression converted to `dst`, rounding to nearest even. The interpreter's own
-    f32 -> bf16 conversion truncates, so CPU kernels round through `_to_bf16`."""
+    f32 -> bf16 conversion truncates, so CPU kernels round through `_to_bf16`; float8 always
+    goes through `_to_f8*`: torch saturates e4m3fn at +-448, and the interpreter's conversion is
+    wrong (Triton 3.7: 1000 -> 256, NaN -> 384)."""
+    if dst in FP8:
+        helpers.update(("_f8_bits", f"_to_{dst}"))
+        return f"_to_{dst}({x})"
     if dst == "bf16" and cpu:
         helpers.add("_to_bf16")
         return f"_to_bf16({x})"
@@ -245,6 +305,15 @@ def cast(x: str, src: str, dst: str, cpu: bool, helpers: set[str]) -> str:
     converts only between float types correctly), and bf16 results round to nearest even."""
     if src == dst:
         return x
+    if src in FP8 or dst in FP8:  # through f32: exact from float8, one rounding into it
+        if src in FP8:
+            helpers.add(f"_from_{src}")
+            wide = f"_from_{src}({x})"
+        else:
+            wide = cast(x, src, "f32", cpu, helpers)
+        if dst in FLOATS or dst in FP8:
+            return narrow(wide, dst, cpu, helpers)
+        return f"{wide}.to({TL[dst]})"
     if src in HALF and dst not in FLOATS:
         return f"{x}.to(tl.float32).to({TL[dst]})"
     if dst == "bf16":

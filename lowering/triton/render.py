@@ -20,7 +20,21 @@ from kernel_dsl.errors import BackendError, ConfigError
 from kernel_dsl.ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
 
 from .. import Generated
-from .exprs import HELPERS, SIG, TL, TORCH, bf16_full, cast, elementwise, fill_lit, identity, lit, narrow, up
+from .exprs import (
+    FP8,
+    HELPERS,
+    SIG,
+    TL,
+    TORCH,
+    bf16_full,
+    cast,
+    elementwise,
+    fill_lit,
+    identity,
+    lit,
+    narrow,
+    up,
+)
 from .layout import MAX_NUMEL, MIN_DOT, Layout, make_layout, max_numel
 from .space import check_knobs
 
@@ -137,6 +151,8 @@ class _KernelWriter:
 
     def load(self, op: Op) -> str:
         ptr, mask = self.address(op.attrs["tensor"], op.attrs["index"])
+        if mask and op.result.dtype in FP8:  # Triton's interpreter cannot cast `other` to fp8;
+            return f"tl.load({ptr}, mask={mask})"  # masked lanes are padded where it matters
         return f"tl.load({ptr}, mask={mask}, other=0)" if mask else f"tl.load({ptr})"
 
     def store(self, op: Op) -> None:
@@ -234,8 +250,8 @@ class _KernelWriter:
         a, b = op.operands[:2]
         r = op.result
         lay, em = self.lay, self.em
-        xa = self.fill_padding(ins[0], a, a.rank - 1, "0")  # padded K lanes must be 0 on
-        xb = self.fill_padding(ins[1], b, b.rank - 2, "0")  # both sides (0 * garbage = NaN)
+        xa = self.fill_padding(ins[0], a, a.rank - 1, fill_lit(0, a.dtype))  # padded K lanes must
+        xb = self.fill_padding(ins[1], b, b.rank - 2, fill_lit(0, b.dtype))  # be 0 on both sides
         la, lb = lay.shape(a.shape), lay.shape(b.shape)
         m, k, n = la[-2], la[-1], lb[-1]
         batch = _prod(la[:-2])
@@ -248,11 +264,12 @@ class _KernelWriter:
             em.line(f"v{r.id}_b = " + (f"tl.reshape({xb}, {shape_list(lead + [k, n])})"
                                         if b.rank > 2 else xb), op)
             xb = f"v{r.id}_b"
-        if a.dtype != b.dtype or a.dtype not in ("f32", "bf16", "f16") or (
-                a.dtype == "bf16" and self.target == "cpu"):
+        if a.dtype != b.dtype or a.dtype not in ("f32", "bf16", "f16", "f8e4m3fn", "f8e5m2") or (
+                a.dtype in ("bf16", "f8e4m3fn", "f8e5m2") and self.target == "cpu"):
             # bf16 widened for the interpreter (NumPy has no bf16): exact, and the same f32
             # accumulation of exact products as the tensor cores' bf16 dot
-            xa, xb = f"{xa}.to(tl.float32)", f"{xb}.to(tl.float32)"
+            xa = cast(xa, a.dtype, "f32", self.cpu, self.helpers)  # float8 specials need care
+            xb = cast(xb, b.dtype, "f32", self.cpu, self.helpers)
             in_dtype = "f32"
         else:
             in_dtype = a.dtype
