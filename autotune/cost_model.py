@@ -1,17 +1,47 @@
 """An analytical TPU time model for a Pallas kernel under a config: the offline evaluator.
 
-    time = max(MXU time, HBM time) + grid steps x per-step overhead
+The grid runs as a software pipeline: while step i computes, the DMA engines fetch step i+1's
+input blocks and write step i-1's output blocks back. Per TensorCore, with the work spread
+evenly over its steps,
 
-- MXU time: the FLOPs of every dot, each dim padded up to the MXU tile (128 or 256), over the
-  chip's bf16 peak (f32 operands at HIGHEST precision take ~6 bf16 passes; megacore chips reach
-  their peak only when a parallel grid axis has at least two blocks; TPU7x's two TensorCores are
-  separate devices, so one kernel gets half the chip). Masked-out work (e.g. the upper triangle
-  of causal attention, which the kernel still computes) counts as FLOPs; vector and
-  transcendental (exp) work is not modelled.
-- HBM time: bytes actually moved. The TPU grid runs in lexicographic order and skips the DMA of
-  a block whose index did not change since the previous step, so a BlockSpec whose index map
-  depends on grid axes D is fetched prod(n_a for a up to the innermost axis of D) times.
-- Per-step overhead: pipeline bookkeeping and DMA issue/wait, ~0.35 us per grid step.
+    time = fill + steps x busy step + drain
+    compute per step = max(MXU, vector) + MXU_VECTOR_SERIAL x min(MXU, vector)
+    busy step = max(step overhead + compute, DMA)
+
+- MXU: the FLOPs of every dot (K and N padded to 128, MXU_PAD; M to 8), over the bf16
+  peak times the achievable MXU efficiency (f32 operands at HIGHEST precision take ~6 bf16
+  passes). Megacore chips (v4, v5p) split the parallel grid axes over two TensorCores when one
+  has at least two blocks; TPU7x's two TensorCores are separate devices, so one kernel gets half
+  the chip (peak, vector units and HBM bandwidth).
+- Vector: every elementwise, compare, select, cast and reduce op of the IR counts its result
+  (reduce: its input) elements; transcendentals (exp, rsqrt, div, ...) run on the EUP at
+  `eup_s` per element, the rest on the VPU at `eup_s / EUP_OVER_VPU`. Masked-out work (e.g.
+  the upper triangle of causal attention, which kernel_dsl's kernel still computes) counts.
+- MXU and vector work overlap (VLIW slots), except a fraction MXU_VECTOR_SERIAL of the smaller
+  of the two (the softmax of a block waits for its QK^T dot, the PV dot for the softmax).
+- Step overhead: pipeline bookkeeping on the scalar core (semaphore waits, index maps, DMA
+  issue), serial with the step's compute, plus `dma_issue_s` per block DMA the step starts.
+- DMA: bytes actually moved, at the achievable (not nominal) HBM bandwidth. The TPU grid runs
+  in lexicographic order and skips the DMA of a block whose index did not change since the
+  previous step, so a BlockSpec whose index map depends on grid axes D is fetched
+  prod(n_a for a up to the innermost axis of D) times.
+- Fill / drain: the first step's input blocks arrive before anything computes, the last
+  step's output blocks are written after; each also pays a DMA latency.
+- Tried and dropped: a fraction of DMA time exposed on compute-bound steps (fitted the
+  attention caches a little better, put the v5e 8192^3 matmul 30% over); a cost per dot
+  operand element read from VMEM (fitted attention's head_dim trend, but made every v6e /
+  TPU7x matmul operand-bound at ~35% of peak, which no measurement supports).
+
+`live_fraction` < 1 models a kernel that skips that fraction's complement of its grid steps
+(block-sparse / causal block skipping, e.g. Tokamax flash attention): a skipped step moves and
+computes nothing but still pays the step overhead. kernel_dsl's own kernels skip nothing.
+
+Calibration (issue 17): the per-generation constants in CALIBRATION were fitted by
+`python benchmarks/published_compare.py --fit` (least squares on log(modelled / measured)) on
+the published v5e (JAX Pallas matmul guide) and v5p / v6e (Tokamax autotuning caches) points of
+benchmarks/tpu_published.json; TPU7x was held out entirely, its constants are v6e's with the
+vector rate scaled by the per-TensorCore peak ratio (same per-cycle throughput), not fitted.
+benchmarks/REPORT.md §8 gives the fit and held-out errors.
 
 Modelled seconds, never a measurement: reports label them as such.
 """
@@ -20,24 +50,81 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel_dsl.config import Config
-from kernel_dsl.ir import DTYPE_BITS, KernelIR, Op, TileVar
+from kernel_dsl.ir import BINARY_OPS, COMPARE_OPS, DTYPE_BITS, UNARY_OPS, KernelIR, Op, TileVar
 from kernel_dsl.lowering.pallas.plan import Plan, plan_for
 from kernel_dsl.lowering.pallas.targets import TpuTarget
 
-STEP_OVERHEAD_S = 0.35e-6
 F32_MXU_PASSES = 6  # f32 x f32 at HIGHEST precision: bf16 hi/lo products
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Achievable rates of one TPU generation (one TensorCore, except HBM: per device)."""
+    step_s: float  # per grid step: pipeline bookkeeping on the scalar core
+    dma_issue_s: float  # per block DMA started in a step (descriptor issue + semaphore wait)
+    dma_latency_s: float  # fill and drain: a DMA's latency before its first byte lands
+    mxu_efficiency: float  # achievable fraction of the bf16 peak on MXU-bound steps
+    hbm_efficiency: float  # achievable fraction of the nominal HBM bandwidth
+    eup_s: float  # seconds per transcendental element (exp, rsqrt, div, ...) per TensorCore
+
+
+# Global shape of the vector / MXU interplay (fitted with the per-generation constants).
+EUP_OVER_VPU = 28.4  # a VPU element-op is this many times cheaper than an EUP element
+MXU_VECTOR_SERIAL = 0.50  # fraction of min(MXU, vector) a step cannot overlap
+# Dot dims pad to this multiple on the MXU (default: targets.py mxu_size). v6e / TPU7x have
+# 256-wide MXUs, but the published v6e flash-attention series at equal FLOPs (head_dim 64 / 128
+# / 256: 1.47 / 1.55 / 1.75 ps per score element) rules out a full 256 pass for a 64- or
+# 128-deep dot (that would make head_dim 64 4x and 128 2x the MXU time of 256): padding to 128
+# fits, the rest is vector (exp) time.
+MXU_PAD: dict[str, int] = {"tpu-v6e": 128, "tpu-v7x": 128}
+
+# Fitted by `python benchmarks/published_compare.py --fit` (2026-12-02) on the fit set (v5e JAX
+# matmul guide, v5p / v6e Tokamax flash attention: 165 points); rounded to 3 digits.
+# dma_issue_s and the globals are shared by all generations. hbm_efficiency is held at 0.85,
+# not fitted: no published point is HBM-bound at large size, and fitting it (0.68 on v6e, 0.76
+# on v5p) only soaked up small-shape layout effects of Tokamax's kernel without improving the
+# fit (118 of 165 large points within 10% fitted, 119 held). dma_latency_s: not identifiable, 1 us.
+# Derived, not fitted: v5e's eup_s (its points are matmuls) is v5p's at v5e's per-core peak
+# (x 229.5 / 197); TPU7x (held out entirely) is v6e's with eup_s at its per-core peak
+# (x 918 / 1153.5); v4 (no published point) is v5p's.
+_V6E = Calibration(step_s=0.369e-6, dma_issue_s=0.123e-6, dma_latency_s=1.0e-6,
+                   mxu_efficiency=0.928, hbm_efficiency=0.85, eup_s=1.001e-12)
+_V5P = Calibration(step_s=0.492e-6, dma_issue_s=0.123e-6, dma_latency_s=1.0e-6,
+                   mxu_efficiency=0.967, hbm_efficiency=0.85, eup_s=0.304e-12)
+CALIBRATION: dict[str, Calibration] = {
+    "tpu-v4": _V5P,
+    "tpu-v5e": Calibration(step_s=0.098e-6, dma_issue_s=0.123e-6, dma_latency_s=1.0e-6,
+                           mxu_efficiency=0.969, hbm_efficiency=0.85,
+                           eup_s=_V5P.eup_s * 229.5 / 197),
+    "tpu-v5p": _V5P,
+    "tpu-v6e": _V6E,
+    "tpu-v7x": Calibration(step_s=_V6E.step_s, dma_issue_s=_V6E.dma_issue_s,
+                           dma_latency_s=_V6E.dma_latency_s,
+                           mxu_efficiency=_V6E.mxu_efficiency,
+                           hbm_efficiency=_V6E.hbm_efficiency,
+                           eup_s=_V6E.eup_s * 918 / 1153.5),
+}
+# per grid step with two block DMAs: what other tools quote as the step overhead
+STEP_OVERHEAD_S = _V6E.step_s + 2 * _V6E.dma_issue_s
+
+# transcendental unary ops (EUP); every other unary, binary, compare, where, cast, reduce: VPU
+EUP_OPS = frozenset({"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin",
+                     "cos", "log1p", "expm1", "pow", "div"})
+VPU_OPS = frozenset(UNARY_OPS) | frozenset(BINARY_OPS) | frozenset(COMPARE_OPS) | {
+    "where", "cast", "reduce", "transpose"}
 
 
 @dataclass
 class Estimate:
     seconds: float
     flops: float  # useful FLOPs (unpadded)
-    mxu_seconds: float
+    mxu_seconds: float  # MXU time of the whole kernel at the achievable MXU rate
     hbm_bytes: float
-    hbm_seconds: float
+    hbm_seconds: float  # DMA time at the achievable HBM bandwidth
     steps: int
-    overhead_seconds: float
+    overhead_seconds: float  # step overhead + DMA issue + fill/drain
     peak_flops: float  # what one kernel can reach on this target (one TensorCore on TPU7x)
+    vector_seconds: float = 0.0  # VPU + EUP time of the whole kernel
 
     def utilization(self, target: TpuTarget) -> float:
         """Useful FLOPs per second over the peak one kernel can reach on the target."""
@@ -48,12 +135,19 @@ def _pad(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def _dot_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float]:
-    """(useful FLOPs, MXU-padded bf16-pass FLOPs) of one run of the kernel."""
-    useful = padded = 0.0
+def _elems(shape: tuple[object, ...], plan: Plan) -> int:
+    n = 1
+    for d in shape:
+        n *= plan.eb(d) if isinstance(d, TileVar) else int(d)  # type: ignore[call-overload]
+    return n
+
+
+def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float, float, float]:
+    """(useful FLOPs, MXU-padded bf16-pass FLOPs, EUP elements, VPU elements) of one run."""
+    useful = padded = eup = vpu = 0.0
 
     def walk(ops: list[Op], trips: int) -> None:
-        nonlocal useful, padded
+        nonlocal useful, padded, eup, vpu
         for op in ops:
             if op.kind == "loop":
                 t = op.attrs["tile"]
@@ -67,15 +161,27 @@ def _dot_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float
                     batch *= d
                 m, k, n = ad[-2], ad[-1], bd[-1]
                 passes = F32_MXU_PASSES if a.dtype == "f32" else 1
-                mx = target.mxu_size
+                mx = MXU_PAD.get(target.name, target.mxu_size)
                 useful += trips * batch * 2.0 * m * k * n
                 padded += trips * batch * 2.0 * _pad(m, 8) * _pad(k, mx) * _pad(n, mx) * passes
+            elif op.kind in EUP_OPS:
+                eup += trips * _elems(op.results[0].shape, plan)
+            elif op.kind in VPU_OPS:
+                src = op.operands[0] if op.kind == "reduce" else op.results[0]
+                vpu += trips * _elems(src.shape, plan)
 
     walk(ir.body.ops, 1)
     grid_points = 1
     for t in ir.grid:
         grid_points *= plan.nb(t)
-    return useful * grid_points, padded * grid_points
+    g = grid_points
+    return useful * g, padded * g, eup * g, vpu * g
+
+
+def _dot_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float]:
+    """(useful FLOPs, MXU-padded bf16-pass FLOPs) of one run of the kernel."""
+    useful, padded = _op_cost(ir, plan, target)[:2]
+    return useful, padded
 
 
 def _fetches(axes_used: set[int], grid: tuple[int, ...]) -> int:
@@ -89,15 +195,15 @@ def _fetches(axes_used: set[int], grid: tuple[int, ...]) -> int:
     return n
 
 
-def _hbm_bytes(ir: KernelIR, plan: Plan) -> float:
+def _transfers(ir: KernelIR, plan: Plan) -> tuple[float, int, float, float]:
+    """(HBM bytes, block DMAs, bytes of one step's input blocks, bytes of one output step)."""
     grid = plan.grid
-    total = 0.0
+    total = first_in = last_out = 0.0
+    dmas = 0
     for p in ir.params:
         axes = plan.axes[p.name]
         used: set[int] = set()
-        block_elems = 1
         for ax in axes:
-            block_elems *= ax.block
             if ax.kind == "grid":
                 used.add(plan.grid_tiles.index(ax.tile))  # type: ignore[arg-type]
             elif ax.kind == "loop":
@@ -106,25 +212,50 @@ def _hbm_bytes(ir: KernelIR, plan: Plan) -> float:
         in_range = 1
         for ax, n in zip(axes, p.shape):
             in_range *= min(ax.block, n)
-        total += _fetches(used, grid) * in_range * DTYPE_BITS[p.dtype] / 8
-    return total
+        block_bytes = in_range * DTYPE_BITS[p.dtype] / 8
+        n_fetch = _fetches(used, grid)
+        total += n_fetch * block_bytes
+        dmas += n_fetch
+        if p.is_output:
+            last_out += block_bytes
+        else:
+            first_in += block_bytes
+    return total, dmas, first_in, last_out
 
 
-def estimate(ir: KernelIR, config: Config, target: TpuTarget) -> Estimate:
+def _hbm_bytes(ir: KernelIR, plan: Plan) -> float:
+    return _transfers(ir, plan)[0]
+
+
+def estimate(ir: KernelIR, config: Config, target: TpuTarget, *,
+             live_fraction: float = 1.0) -> Estimate:
+    cal = CALIBRATION[target.name]
     plan = plan_for(ir, config)
-    useful, padded = _dot_cost(ir, plan, target)
+    useful, padded, eup, vpu = _op_cost(ir, plan, target)
     parallel_blocks = max((plan.nb(t) for t in ir.grid), default=1)
-    device_peak = target.peak_bf16_flops
-    if target.name == "tpu-v7x":
-        device_peak /= 2  # two TensorCores, two JAX devices: a kernel runs on one
-    peak = device_peak / 2 if target.megacore and parallel_blocks < 2 else device_peak
-    mxu_s = padded / peak  # megacore: nothing to split across the two TensorCores
-    hbm = _hbm_bytes(ir, plan)
-    hbm_bw = target.hbm_bytes_per_s / (2 if target.name == "tpu-v7x" else 1)
-    hbm_s = hbm / hbm_bw
+    split = target.name == "tpu-v7x"  # two TensorCores, two JAX devices: a kernel runs on one
+    device_peak = target.peak_bf16_flops / (2 if split else 1)
+    hbm_bw = target.hbm_bytes_per_s / (2 if split else 1) * cal.hbm_efficiency
+    megacore = target.megacore and not split  # a TPU7x device is one TensorCore
+    cores = 2 if megacore and parallel_blocks >= 2 else 1
+    core_peak = device_peak / (2 if megacore else 1)
+    hbm, dmas, first_in, last_out = _transfers(ir, plan)
     steps = 1
     for g in plan.grid:
         steps *= g
-    over = steps * STEP_OVERHEAD_S
-    return Estimate(max(mxu_s, hbm_s) + over, useful, mxu_s, hbm, hbm_s, steps, over, device_peak)
-
+    f = live_fraction
+    # per TensorCore: its share of the steps; skipped steps only pay the step overhead
+    core_steps = steps / cores
+    live_steps = max(core_steps * f, 1.0)
+    mxu = padded * f / cores / (core_peak * cal.mxu_efficiency)
+    vec = (eup + vpu / EUP_OVER_VPU) * f / cores * cal.eup_s
+    dma = hbm * f / hbm_bw  # the cores share the device's bandwidth
+    m_step, v_step, d_step = mxu / live_steps, vec / live_steps, dma / live_steps
+    compute = max(m_step, v_step) + MXU_VECTOR_SERIAL * min(m_step, v_step)
+    serial = cal.step_s + cal.dma_issue_s * dmas * f / cores / live_steps
+    busy = max(serial + compute, d_step)
+    body = live_steps * busy + (core_steps - live_steps) * cal.step_s
+    fill = first_in / hbm_bw + last_out / hbm_bw + 2 * cal.dma_latency_s
+    seconds = body + fill
+    over = seconds - live_steps * max(compute, d_step)
+    return Estimate(seconds, useful, mxu, hbm * f, dma, steps, over, device_peak, vec)
