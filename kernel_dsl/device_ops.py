@@ -193,6 +193,8 @@ class TileValue:
         return reduce("sum", self, kw.get("axis", dim), keepdim)
     def mean(self, dim: Any = None, keepdim: bool = False, **kw: Any) -> "TileValue":
         return mean(self, kw.get("axis", dim), keepdim)
+    def prod(self, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> "TileValue":
+        return reduce("prod", self if dtype is None else cast(self, dtype), dim, keepdim)
     def amax(self, dim: Any = None, keepdim: bool = False) -> "TileValue":
         return reduce("max", self, dim, keepdim)
     def amin(self, dim: Any = None, keepdim: bool = False) -> "TileValue":
@@ -437,6 +439,8 @@ def pad_fill(x: TileValue, axis: int, fill: float) -> TileValue:
 def _identity(op: str, dtype: str) -> float:
     if op == "sum":
         return 0.0
+    if op == "prod":
+        return 1.0
     if dtypes.is_float(dtype):
         return -math.inf if op == "max" else math.inf
     info = torch.iinfo(dtypes.IR_TO_TORCH[dtype]) if dtype != "bool" else None
@@ -457,8 +461,8 @@ def reduce(op: str, x: Any, dim: Any, keepdim: bool = False) -> TileValue:
         return t
     axis = _axis(t, dim)
     src_dt = t.v.dtype
-    if op == "sum" and not dtypes.is_float(src_dt):
-        t = cast_v(t, "i32")
+    if op in ("sum", "prod") and not dtypes.is_float(src_dt):
+        t = cast_v(t, "i32")  # torch gives int64; kernels stay 32-bit (docs/ir.md)
     elif src_dt in ("bf16", "f16"):
         t = cast_v(t, "f32")  # reduce in f32 as torch does, then round once
     t = pad_fill(t, axis, _identity(op, t.v.dtype))

@@ -29,7 +29,7 @@ UNARY_OPS = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "a
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor", "shl", "shr",
               "floordiv", "mod")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
-REDUCE_OPS = ("sum", "max", "min")
+REDUCE_OPS = ("sum", "max", "min", "prod")
 # every other op kind; each has reference semantics in ir_verify and one rule per backend
 STRUCTURAL_OPS = ("load", "store", "const", "full", "iota", "arange", "tile_begin", "tile_id", "tile_size",
                   "tile_count", "cast", "where", "reduce", "dot", "expand_dims", "transpose",

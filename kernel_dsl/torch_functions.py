@@ -96,6 +96,8 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
     torch.cumsum: dp.cumsum,
     torch.sum: _dim_kw(lambda x, d, k: reduce("sum", x, d, k)),
     torch.amax: _dim_kw(lambda x, d, k: reduce("max", x, d, k)),
+    torch.prod: lambda x, dim=None, keepdim=False, *, dtype=None: _as_tile(x).prod(dim, keepdim,
+                                                                                  dtype),
     torch.amin: _dim_kw(lambda x, d, k: reduce("min", x, d, k)),
     torch.mean: _dim_kw(mean),
     torch.transpose: transpose, torch.t: lambda x: transpose(x, 0, 1),

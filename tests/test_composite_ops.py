@@ -125,3 +125,47 @@ def test_squeezing_a_tile_dim_and_softmax_of_integers_are_clear_errors() -> None
     assert "test_composite_ops.py" in str(e.value)
     with pytest.raises(KernelError, match="softmax of a i32 tile"):  # torch rejects it too
         int_softmax(torch.arange(12, dtype=torch.int32).reshape(3, 4))
+
+
+@kd.kernel
+def row_prod(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty([x.shape[0], 1], dtype=x.dtype, device=x.device)
+    for tm, tn in kd.tile(x.shape, block_size=[8, 256]):  # ragged past 45: pads hold 1
+        out[tm, :] = torch.prod(x[tm, tn], dim=1, keepdim=True)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prod_matches_torch(backend: str, dtype: torch.dtype) -> None:
+    if dtype.is_floating_point:
+        x = (1 + 0.05 * torch.randn(37, 45)).to(dtype)
+        x[1, 3], x[2, 0], x[4, 7] = float("nan"), float("inf"), 0.0
+        # in f32, rounded once (torch's bf16 CPU product rounds every step: ~4% off here)
+        ref = torch.prod(x.float(), 1, keepdim=True).to(dtype)
+    else:  # small factors: NKI's engines multiply int32 in f32, exact below 2**24
+        x = torch.randint(-2, 3, (37, 45), dtype=dtype)
+        x[x == 0] = 1
+        x[:, 20:] = 1
+        ref = torch.prod(x, 1, keepdim=True).to(dtype)
+    with kd.backend(backend):
+        got = row_prod(x)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=0, rtol=2e-2)
+    torch.testing.assert_close(got, ref, equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("backend", ["pallas", "triton"])
+def test_int32_prod_wraps_as_int32_arithmetic(backend: str) -> None:
+    x = torch.full((9, 45), 3, dtype=torch.int32)  # 3**45 wraps; torch's int64 result, cut
+    with kd.backend(backend):
+        got = row_prod(x)
+    assert torch.equal(got, torch.prod(x.long(), 1, keepdim=True).to(torch.int32))
+
+
+@pytest.mark.slow
+def test_the_real_tpu_compiler_accepts_prod() -> None:
+    """Pallas TPU has no reduce_prod: the generated halving tree must compile for real chips."""
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        report = row_prod.check(torch.ones(37, 45, dtype=dtype), targets=["tpu-v5e"],
+                                measure_vmem=False)
+        assert [e.status for e in report.entries] == ["ok"], report

@@ -33,7 +33,7 @@ I32_IN_F32_MAX = float(2**31 - 128)  # the largest float32 below 2**31
 # "similar to numpy.maximum/numpy.max" (NaN-propagating), AWS's simulator computes them with
 # NumPy, and nothing in the SDK says VectorE drops NaN. Unverified on hardware: if it does, this
 # (and ALU's max/min) is the place for an explicit `x != x` check.
-REDUCE = {"sum": "nl.add", "max": "nl.maximum", "min": "nl.minimum"}
+REDUCE = {"sum": "nl.add", "max": "nl.maximum", "min": "nl.minimum", "prod": "nl.multiply"}
 
 
 def reduce(w: Writer, op: Op) -> None:

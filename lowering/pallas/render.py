@@ -36,7 +36,21 @@ BITWISE = {"and": "{} & {}", "or": "{} | {}", "xor": "{} ^ {}", "not": "~{}"}
 # rejects them), so elementwise ops on i8/u8/i16 run on int32 copies and the result is cast back:
 # exact, and the cast wraps as torch does
 NARROW_INT = ("i8", "u8", "i16")
-REDUCE = {"sum": "jnp.sum", "max": "jnp.max", "min": "jnp.min"}
+REDUCE = {"sum": "jnp.sum", "max": "jnp.max", "min": "jnp.min", "prod": "_prod"}
+# Pallas TPU has no reduce_prod ("Unimplemented primitive ... reduce_prod"): a halving tree of
+# slices and multiplies, which Mosaic compiles at any width (checked on v5e and v6e, libtpu 0.0.52)
+PROD_HELPER = """
+def _prod(x, axis, keepdims=False):
+    n = x.shape[axis]
+    while n > 1:  # multiply the first half by the second; an odd middle lane carries over
+        h = (n + 1) // 2
+        lo = jax.lax.slice_in_dim(x, 0, n - h, axis=axis)
+        hi = jax.lax.slice_in_dim(x, h, n, axis=axis)
+        mid = jax.lax.slice_in_dim(x, n - h, h, axis=axis)
+        x = lo * hi if h == n - h else jnp.concatenate([lo * hi, mid], axis=axis)
+        n = h
+    return x if keepdims else jnp.squeeze(x, axis)
+"""
 FLOATS = ("f32", "bf16", "f16")
 # torch.amax/amin propagate NaN. On TPU, Mosaic lowers jnp.max/min reductions to
 # vector.multi_reduction <maximumf/minimumf> (jax/_src/pallas/mosaic/lowering.py), which
@@ -185,7 +199,7 @@ class _KernelWriter:
         elif k == "reduce":
             keep = ", keepdims=True" if a["keepdim"] else ""
             expr = f"{REDUCE[a['op']]}({ins[0]}, axis={a['axis']}{keep})"
-            if a["op"] != "sum" and op.operands[0].dtype in FLOATS and self.nan_fixup:
+            if a["op"] in ("max", "min") and op.operands[0].dtype in FLOATS and self.nan_fixup:
                 expr = f"jnp.where(jnp.isnan({ins[0]}).any(axis={a['axis']}{keep}), jnp.nan, {expr})"
         elif k == "dot":
             expr = self.dot(op, ins)
@@ -476,6 +490,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         "import jax.numpy as jnp",
         "from jax.experimental import pallas as pl",
         "from jax.experimental.pallas import tpu as pltpu",
+        *([PROD_HELPER] if any("_prod(" in ln for ln in body.lines) else []),
         "",
         *([f"VMEM_LIMIT_BYTES = {tgt.vmem_limit}  # {tgt.name}: "
            f"{tgt.vmem_bytes >> 20} MiB of VMEM per TensorCore"] if tgt else []),

@@ -51,6 +51,12 @@ def _minimum(a, b):
     """torch.minimum: NaN wins."""
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
+    "_mul": '''
+@triton.jit
+def _mul(a, b):
+    """The combine function of a product reduction (Triton has no tl.prod)."""
+    return a * b
+''',
     "_amax": '''
 @triton.jit
 def _amax(x, axis: tl.constexpr, keep_dims: tl.constexpr):
@@ -236,6 +242,8 @@ def identity(op: str, dtype: str) -> str:
     """The value a padded lane must hold so that a reduction ignores it."""
     if op == "sum":
         return "0"
+    if op == "prod":
+        return "1.0" if dtype in FLOATS else "1"
     if dtype in FLOATS:
         return lit(float("-inf") if op == "max" else float("inf"))
     lo, hi = INT_LIMITS[dtype]

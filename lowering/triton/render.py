@@ -234,6 +234,9 @@ class _KernelWriter:
         kd = ", keep_dims=True" if keep else ""
         if a["op"] == "sum":
             expr = f"tl.sum({x}, axis={axis}{kd})"
+        elif a["op"] == "prod":
+            self.helpers.add("_mul")
+            expr = f"tl.reduce({x}, {axis}, _mul{kd})"
         elif src.dtype in ("f32", "bf16", "f16"):
             fn = f"_a{a['op']}"
             self.helpers.add(fn)
