@@ -65,7 +65,10 @@ def logsumexp(x: Any, dim: Any, keepdim: bool = False) -> TileValue:
     s = unary("exp", binary("sub", t, m))
     for a in axes:
         s = reduce("sum", s, a, True)
-    out = binary("add", unary("log", s), m)
+    # a row of -inf sums to 0, any other row to >= 1: log never sees 0 (NKI's ScalarE returns
+    # garbage for log(0)), and the empty row is -inf as in torch
+    empty = binary("eq", s, 0.0)
+    out = where(empty, float("-inf"), binary("add", unary("log", where(empty, 1.0, s)), m))
     if not keepdim:
         out = squeeze(out, axes)
     return cast_v(out, out_dt)
