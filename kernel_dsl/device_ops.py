@@ -247,7 +247,9 @@ INT_BINARY: dict[str, Any] = {}
 SUPPORTED_HINT = ("device code supports arithmetic and comparisons, @ / torch.matmul / kd.dot, "
                   "exp, exp2, log, log1p, expm1, sqrt, rsqrt, tanh, sigmoid, abs, relu, floor, ceil, round, "
                   "sign, maximum, minimum, where, masked_fill, & | ^ ~ << >> // %, "
-                  "amax/amin/sum/mean(dim), .to(dtype), .T, [:, None] and kd.zeros/kd.full")
+                  "amax/amin/sum/mean/prod(dim), max/min/argmax/argmin(dim), softmax, "
+                  "log_softmax, logsumexp, cumsum, .to(dtype), .T, [:, None], squeeze and "
+                  "kd.zeros/kd.full (docs/ir.md lists them all)")
 
 
 def _emit(kind: str, operands: list[Value], attrs: dict[str, Any], shape: tuple[Dim, ...] | None,
