@@ -29,7 +29,7 @@ from .errors import (
 from .ir import KernelIR
 from .ir_printer import print_ir
 from .kernel_object import Kernel, backend, interpret_mode, kernel, tpu_kernel
-from .language import BlockSize, block_size, dot, full, specialize, tile, zeros
+from .language import BlockSize, block_size, dot, full, register_block_size, specialize, tile, zeros
 from .version import __version__
 
 __all__ = [
@@ -37,6 +37,6 @@ __all__ = [
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
     "backend", "block_size", "dot", "full", "interpret_mode", "kernel", "print_ir",
-    "set_shape_buckets", "shape_buckets", "specialize", "tile", "tpu_kernel", "zeros",
+    "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "tile", "tpu_kernel", "zeros",
     "__version__",
 ]

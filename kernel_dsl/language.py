@@ -16,12 +16,12 @@ from .tracing import Tracer, current, loop_var_names, replace_uses, shape_only, 
 class BlockSize:
     """A block-size knob declared with `kd.block_size(name)`, shared by several `kd.tile`s."""
 
-    def __init__(self, sym: BlockSym | None, name: str):
+    def __init__(self, sym: BlockSym | None, name: str | None):
         self.sym = sym
         self.name = name
 
     def __repr__(self) -> str:
-        return f"kd.block_size({self.name!r})"
+        return f"kd.block_size({self.name!r})" if self.name else "kd.register_block_size(...)"
 
 
 def block_size(name: str, choices: list[int] | tuple[int, ...] | None = None) -> BlockSize:
@@ -33,6 +33,19 @@ def block_size(name: str, choices: list[int] | tuple[int, ...] | None = None) ->
         raise KernelSyntaxError("`kd.block_size` is host code", user_loc(),
                                 "declare it before the `kd.tile` loops")
     return BlockSize(tr.block_sym(name, tuple(choices) if choices else None), name)
+
+
+def register_block_size(min_or_max: int, max_or_none: int | None = None) -> BlockSize:
+    """Helion's `hl.register_block_size`: an unnamed block size the config picks, shared by the
+    `kd.tile(..., block_size=...)` loops given it. The bounds only document intent here (any
+    block size is correct; the backend's config space decides which are legal)."""
+    tr = current()
+    if tr is None:
+        return BlockSize(None, None)
+    if tr.region is not None:
+        raise KernelSyntaxError("`kd.register_block_size` is host code", user_loc(),
+                                "register it before the `kd.tile` loops")
+    return BlockSize(tr.block_sym(), None)
 
 
 def specialize(n: Any) -> int:

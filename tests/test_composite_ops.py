@@ -169,3 +169,28 @@ def test_the_real_tpu_compiler_accepts_prod() -> None:
         report = row_prod.check(torch.ones(37, 45, dtype=dtype), targets=["tpu-v5e"],
                                 measure_vmem=False)
         assert [e.status for e in report.entries] == ["ok"], report
+
+
+@kd.kernel
+def two_loop_rows(x: torch.Tensor) -> torch.Tensor:
+    m, n = x.shape
+    out = torch.empty_like(x)
+    bn = kd.register_block_size(n)  # Helion's name: one knob for both column loops
+    for tm in kd.tile(m):
+        total = kd.zeros([tm], dtype=torch.float32)
+        for tn in kd.tile(n, block_size=bn):
+            total = total + x[tm, tn].sum(dim=1)
+        for tn in kd.tile(n, block_size=bn):
+            out[tm, tn] = x[tm, tn] / total[:, None]
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_register_block_size_is_one_knob_shared_by_loops(backend: str) -> None:
+    x = torch.rand(37, 300) + 0.5
+    ir = two_loop_rows.ir(x)
+    loops = [op for op in ir.body.walk() if op.kind == "loop"]
+    assert len(loops) == 2 and loops[0].attrs["tile"].block is loops[1].attrs["tile"].block
+    with kd.backend(backend):
+        torch.testing.assert_close(two_loop_rows(x), x / x.sum(1, keepdim=True), atol=1e-5,
+                                   rtol=1e-5)
