@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import dtypes
+from .device_math import _float_in
 from .device_ops import (
     METHODS,
     TileValue,
@@ -33,11 +34,7 @@ LN2 = 0.6931471805599453
 
 def _f32_in(x: Any, dtype: Any, what: str) -> tuple[TileValue, str]:
     """`x` (cast to `dtype` first, if given) in f32, and the dtype of the result."""
-    t = _as_tile(x) if dtype is None else cast(_as_tile(x), dtype)
-    if not dtypes.is_float(t.v.dtype):
-        raise DTypeError(f"{what} of a {t.v.dtype} tile is not supported (torch rejects it too)",
-                         user_loc(), "cast to a float dtype first, or pass `dtype=torch.float32`")
-    return cast_v(t, "f32"), t.v.dtype
+    return _float_in(_as_tile(x) if dtype is None else cast(_as_tile(x), dtype), what)
 
 
 def softmax(x: Any, dim: int, dtype: Any = None, **_: Any) -> TileValue:

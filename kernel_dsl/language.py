@@ -26,26 +26,24 @@ class BlockSize:
 
 def block_size(name: str, choices: list[int] | tuple[int, ...] | None = None) -> BlockSize:
     """Declares a named block size; pass it as `block_size=` to every `kd.tile` that shares it."""
-    tr = current()
-    if tr is None:
-        return BlockSize(None, name)
-    if tr.region is not None:
-        raise KernelSyntaxError("`kd.block_size` is host code", user_loc(),
-                                "declare it before the `kd.tile` loops")
-    return BlockSize(tr.block_sym(name, tuple(choices) if choices else None), name)
+    return _declare(name, tuple(choices) if choices else None, "kd.block_size")
 
 
 def register_block_size(min_or_max: int, max_or_none: int | None = None) -> BlockSize:
     """Helion's `hl.register_block_size`: an unnamed block size the config picks, shared by the
     `kd.tile(..., block_size=...)` loops given it. The bounds only document intent here (any
     block size is correct; the backend's config space decides which are legal)."""
+    return _declare(None, None, "kd.register_block_size")
+
+
+def _declare(name: str | None, choices: tuple[int, ...] | None, what: str) -> BlockSize:
     tr = current()
     if tr is None:
-        return BlockSize(None, None)
+        return BlockSize(None, name)
     if tr.region is not None:
-        raise KernelSyntaxError("`kd.register_block_size` is host code", user_loc(),
-                                "register it before the `kd.tile` loops")
-    return BlockSize(tr.block_sym(), None)
+        raise KernelSyntaxError(f"`{what}` is host code", user_loc(),
+                                "declare it before the `kd.tile` loops")
+    return BlockSize(tr.block_sym(name, choices), name)
 
 
 def specialize(n: Any) -> int:
