@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernel_dsl import tile_bounds
 from kernel_dsl.config import Config
 from kernel_dsl.ir import BINARY_OPS, COMPARE_OPS, DTYPE_BITS, UNARY_OPS, KernelIR, Op, TileVar
 from kernel_dsl.lowering.pallas.plan import Plan, plan_for
@@ -146,12 +147,14 @@ def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float,
     """(useful FLOPs, MXU-padded bf16-pass FLOPs, EUP elements, VPU elements) of one run."""
     useful = padded = eup = vpu = 0.0
 
-    def walk(ops: list[Op], trips: int) -> None:
+    def walk(ops: list[Op], trips: float) -> None:
         nonlocal useful, padded, eup, vpu
         for op in ops:
             if op.kind == "loop":
                 t = op.attrs["tile"]
-                walk(op.body.ops, trips * plan.nb(t))  # type: ignore[union-attr]
+                # kd.tile(begin, end): the blocks it visits, averaged over the grid
+                visits = tile_bounds.mean_trips(t, ir.grid, plan.blocks)
+                walk(op.body.ops, trips * visits)  # type: ignore[union-attr]
             elif op.kind == "dot":
                 a, b = op.operands[0], op.operands[1]
                 ad = [plan.eb(d) if isinstance(d, TileVar) else d for d in a.shape]
@@ -195,9 +198,19 @@ def _fetches(axes_used: set[int], grid: tuple[int, ...]) -> int:
     return n
 
 
+def _visited_steps(ir: KernelIR, plan: Plan) -> float:
+    """The fraction of the loop axis's steps that run a loop body: below 1 when a
+    `kd.tile(0, end)` phase skips the steps past its trip count (lowering/pallas/bounds.py)."""
+    if not plan.phases:
+        return 1.0
+    visited = sum(tile_bounds.mean_trips(ph.tile, ir.grid, plan.blocks) for ph in plan.phases)
+    return visited / plan.loop_steps
+
+
 def _transfers(ir: KernelIR, plan: Plan) -> tuple[float, int, float, float]:
     """(HBM bytes, block DMAs, bytes of one step's input blocks, bytes of one output step)."""
     grid = plan.grid
+    visited = _visited_steps(ir, plan)  # a skipped step keeps its block: no DMA
     total = first_in = last_out = 0.0
     dmas = 0
     for p in ir.params:
@@ -214,6 +227,8 @@ def _transfers(ir: KernelIR, plan: Plan) -> tuple[float, int, float, float]:
             in_range *= min(ax.block, n)
         block_bytes = in_range * DTYPE_BITS[p.dtype] / 8
         n_fetch = _fetches(used, grid)
+        if len(grid) - 1 in used and plan.loop_axis:
+            n_fetch = max(1, round(n_fetch * visited))
         total += n_fetch * block_bytes
         dmas += n_fetch
         if p.is_output:
@@ -246,7 +261,7 @@ def estimate(ir: KernelIR, config: Config, target: TpuTarget, *,
     f = live_fraction
     # per TensorCore: its share of the steps; skipped steps only pay the step overhead
     core_steps = steps / cores
-    live_steps = max(core_steps * f, 1.0)
+    live_steps = max(core_steps * f * _visited_steps(ir, plan), 1.0)
     mxu = padded * f / cores / (core_peak * cal.mxu_efficiency)
     vec = (eup + vpu / EUP_OVER_VPU) * f / cores * cal.eup_s
     dma = hbm * f / hbm_bw  # the cores share the device's bandwidth

@@ -33,6 +33,7 @@ from kernel_dsl.errors import ConfigError, KernelError
 from kernel_dsl.ir import KernelIR
 from kernel_dsl.ir_printer import fingerprint
 from kernel_dsl.lowering.pallas.targets import tpu_target
+from kernel_dsl.runtime_scalars import kernel_inputs
 from kernel_dsl.version import __version__
 
 from .cache import TuningCache, shape_bucket
@@ -179,7 +180,7 @@ def _execute(runner: CandidateRunner, kernel: Any, ir: KernelIR, backend: str,
     gen = be.render(ir, cfg, be.cpu_target)
     if gen.backend in BUILTIN:
         return runner.run(gen, [p.dtype for p in ir.returns],
-                          [a for a in args if isinstance(a, torch.Tensor)], timeout, left)
+                          kernel_inputs(args, scalars=kernel.runtime_scalars), timeout, left)
     try:
         kernel.run_cpu(backend, args, cfg)  # build + warm up
         times = []

@@ -29,14 +29,14 @@ from .errors import (
 from .ir import KernelIR
 from .ir_printer import print_ir
 from .kernel_object import Kernel, backend, interpret_mode, kernel, tpu_kernel
-from .language import BlockSize, block_size, dot, full, register_block_size, specialize, tile, zeros
+from .language import BlockSize, block_size, dot, full, grid, register_block_size, specialize, tile, zeros
 from .version import __version__
 
 __all__ = [
     "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
-    "backend", "block_size", "dot", "full", "interpret_mode", "kernel", "print_ir",
+    "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "print_ir",
     "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "tile", "tpu_kernel", "zeros",
     "__version__",
 ]

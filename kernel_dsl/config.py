@@ -114,7 +114,8 @@ def num_blocks(t: TileVar, blocks: dict[int, int]) -> int:
 
 
 def is_ragged(t: TileVar, blocks: dict[int, int]) -> bool:
-    return t.extent % effective_block(t, blocks) != 0
+    """Some block has lanes past the end: always possible when the bounds are device values."""
+    return t.dynamic or t.extent % effective_block(t, blocks) != 0
 
 
 class ConfigSpace:

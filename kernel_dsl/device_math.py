@@ -2,12 +2,15 @@
 
 Each follows torch's definition in its own dtype rules: float math on 16-bit floats runs in f32
 and rounds once at the end (torch's "opmath"), integer ops stay in their (promoted) dtype.
-Importing this module registers the tile methods (`x.sign()`, `x.masked_fill(m, v)`, ...).
+Importing this module registers the tile methods (`x.sign()`, `x.masked_fill(m, v)`, ...), and
+the bit view `x.view(dtype)`, the one here that is its own IR op (`bitcast`).
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
+
+import torch
 
 from . import dtypes
 from .device_ops import (
@@ -19,16 +22,24 @@ from .device_ops import (
     _bshape,
     _common,
     _emit,
+    _ir_dtype,
+    _sizes,
     binary,
     broadcast,
+    cast,
     cast_v,
     const,
+    dot,
     full,
+    mean,
+    permute,
+    reduce,
+    transpose,
     unary,
     where,
 )
-from .errors import DTypeError, KernelSyntaxError
-from .ir import Dim
+from .errors import DTypeError, KernelSyntaxError, UnsupportedOpError
+from .ir import DTYPE_BITS, Dim
 from .tracing import user_loc
 
 
@@ -208,7 +219,60 @@ def logical_not(x: Any) -> TileValue:
     return unary("not", _truth(x))
 
 
+def view(x: Any, *args: Any, **kwargs: Any) -> TileValue:
+    """`tile.view(dtype)`, torch's bit view: the same bits read as a dtype of the same width
+    (an IR `bitcast`). Views that change the width or the shape are not supported."""
+    dtype = kwargs.get("dtype", args[0] if len(args) == 1 else None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnsupportedOpError("`.view(shape)` of a tile (a reshape) is not supported", user_loc(),
+                                 "`.view(dtype)` reads a tile's bits as another dtype; for shapes "
+                                 "index the tensor as you need it or add unit axes with `[:, None]`")
+    t, dt = _as_tile(x), _ir_dtype(dtype)
+    src = t.v.dtype
+    if dt == src:
+        return t
+    if "bool" in (src, dt):
+        raise DTypeError(f"`.view({dtype})` of a {src} tile: bool has no bit view in kernels",
+                         user_loc(), "convert instead: `x.to(torch.uint8)` or `x != 0`")
+    if DTYPE_BITS[src] != DTYPE_BITS[dt]:
+        raise DTypeError(
+            f"`.view({dtype})` of a {src} tile changes the element width ({DTYPE_BITS[src]} -> "
+            f"{DTYPE_BITS[dt]} bits), which would change the tile's shape", user_loc(),
+            "bit views keep the width: float32 <-> int32, bfloat16/float16 <-> int16, int8 <-> "
+            "uint8, float8 <-> int8/uint8; split or join narrower fields with shifts and masks, "
+            "e.g. `(x >> 8) & 0xFF`")
+    return _emit("bitcast", [t.v], {"dtype": dt}, t.v.shape, dt)
+
+
+def _reduce_method(op: str) -> Callable[..., TileValue]:
+    """`x.sum(dim, keepdim, dtype)` and friends, as torch's tensor methods take them."""
+    def method(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = None,
+               **kw: Any) -> TileValue:
+        return reduce(op, x if dtype is None else cast(x, dtype), kw.get("axis", dim), keepdim)
+    return method
+
+
+METHODS.update({k: (lambda k: lambda x: unary(k, x))(k) for k in (
+    "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "relu", "sin", "cos", "erf",
+    "neg")})
+METHODS.update({k: (lambda d: lambda x: cast(x, d))(d) for k, d in (
+    ("float", torch.float32), ("half", torch.float16), ("bfloat16", torch.bfloat16),
+    ("int", torch.int32))})
 METHODS.update({
+    "type_as": lambda x, o: cast(x, o.dtype), "reciprocal": lambda x: binary("div", 1.0, x),
+    "square": lambda x: binary("mul", x, x),
+    "sum": _reduce_method("sum"), "prod": _reduce_method("prod"),
+    "amax": _reduce_method("max"), "amin": _reduce_method("min"),
+    "mean": lambda x, dim=None, keepdim=False, **kw: mean(x, kw.get("axis", dim), keepdim),
+    "maximum": lambda x, o: binary("max", x, o), "minimum": lambda x, o: binary("min", x, o),
+    "matmul": lambda x, o: dot(x, o), "t": lambda x: transpose(x, 0, 1),
+    "transpose": transpose, "permute": lambda x, *dims: permute(x, dims),
+    "expand": lambda x, *sizes: broadcast(x, _sizes(sizes)),
+    "expand_as": lambda x, o: broadcast(x, o.shape),
+    "broadcast_to": lambda x, shape: broadcast(x, _sizes((shape,))),
+})
+METHODS.update({
+    "view": view,
     "floor": lambda x: unary("floor", x), "ceil": lambda x: unary("ceil", x),
     "round": round_, "trunc": trunc, "fix": trunc,
     "sign": sign, "log1p": lambda x: unary("log1p", x), "expm1": lambda x: unary("expm1", x),

@@ -13,7 +13,14 @@ from typing import Any
 import torch
 
 from . import dtypes
-from .errors import ControlFlowError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
+from .errors import (
+    SUPPORTED_HINT,
+    ControlFlowError,
+    DTypeError,
+    KernelSyntaxError,
+    ShapeError,
+    UnsupportedOpError,
+)
 from .ir import FP8_OPS, Dim, Region, TileVar, Value, broadcast_shapes, shape_str
 from .tracing import Tracer, current, user_loc
 
@@ -45,12 +52,32 @@ class Tile:
 
     @property
     def id(self) -> "TileValue":
-        return _emit("tile_id", [], {"tile": self.var}, (), "i32")
+        """`begin // block_size`, as Helion's `tile.id` (the block index when begin is 0)."""
+        if isinstance(self.var.lo, int) and self.var.lo == 0:
+            return _emit("tile_id", [], {"tile": self.var}, (), "i32")
+        return binary("floordiv", self.begin, self.size)
 
     @property
     def size(self) -> "TileValue":
         """The block size of this tile (the last, ragged tile has fewer valid lanes)."""
         return _emit("tile_size", [], {"tile": self.var}, (), "i32")
+
+    block_size = size  # Helion's name
+
+    @property
+    def end(self) -> "TileValue":
+        """One past this block's last in-range lane: `min(begin + block_size, end)`."""
+        return binary("min", self.begin + self.size, self._hi())
+
+    @property
+    def count(self) -> "TileValue":
+        """How many blocks the loop takes, `cdiv(end - begin, block_size)` (Helion's `.count`)."""
+        lo = self.var.lo if isinstance(self.var.lo, int) else TileValue(self.var.lo)
+        return (self._hi() - lo + self.size - 1) // self.size
+
+    def _hi(self) -> Any:
+        hi = self.var.extent if self.var.hi is None else self.var.hi
+        return hi if isinstance(hi, int) else TileValue(hi)
 
     def __repr__(self) -> str:
         return f"Tile({self.var!r} over {self.var.extent})"
@@ -168,47 +195,8 @@ class TileValue:
                                     "write `.to(torch.float32)` or `.to(out.dtype)`")
         return cast(self, dtype)
 
-    def type_as(self, other: Any) -> "TileValue": return cast(self, other.dtype)
-    def float(self) -> "TileValue": return cast(self, torch.float32)
-    def half(self) -> "TileValue": return cast(self, torch.float16)
-    def bfloat16(self) -> "TileValue": return cast(self, torch.bfloat16)
-    def int(self) -> "TileValue": return cast(self, torch.int32)
-    def exp(self) -> "TileValue": return unary("exp", self)
-    def exp2(self) -> "TileValue": return unary("exp2", self)
-    def log(self) -> "TileValue": return unary("log", self)
-    def sqrt(self) -> "TileValue": return unary("sqrt", self)
-    def rsqrt(self) -> "TileValue": return unary("rsqrt", self)
-    def tanh(self) -> "TileValue": return unary("tanh", self)
-    def sigmoid(self) -> "TileValue": return unary("sigmoid", self)
-    def abs(self) -> "TileValue": return unary("abs", self)
-    def relu(self) -> "TileValue": return unary("relu", self)
-    def sin(self) -> "TileValue": return unary("sin", self)
-    def cos(self) -> "TileValue": return unary("cos", self)
-    def erf(self) -> "TileValue": return unary("erf", self)
-    def neg(self) -> "TileValue": return unary("neg", self)
-    def reciprocal(self) -> "TileValue": return binary("div", 1.0, self)
-    def square(self) -> "TileValue": return binary("mul", self, self)
     def clamp(self, min: Any = None, max: Any = None) -> "TileValue": return clamp(self, min, max)
-    def sum(self, dim: Any = None, keepdim: bool = False, **kw: Any) -> "TileValue":
-        return reduce("sum", self, kw.get("axis", dim), keepdim)
-    def mean(self, dim: Any = None, keepdim: bool = False, **kw: Any) -> "TileValue":
-        return mean(self, kw.get("axis", dim), keepdim)
-    def prod(self, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> "TileValue":
-        return reduce("prod", self if dtype is None else cast(self, dtype), dim, keepdim)
-    def amax(self, dim: Any = None, keepdim: bool = False) -> "TileValue":
-        return reduce("max", self, dim, keepdim)
-    def amin(self, dim: Any = None, keepdim: bool = False) -> "TileValue":
-        return reduce("min", self, dim, keepdim)
-    def maximum(self, o: Any) -> "TileValue": return binary("max", self, o)
-    def minimum(self, o: Any) -> "TileValue": return binary("min", self, o)
     def unsqueeze(self, d: int) -> "TileValue": return expand_dims(self, d)
-    def matmul(self, o: Any) -> "TileValue": return dot(self, o)
-    def t(self) -> "TileValue": return transpose(self, 0, 1)
-    def transpose(self, a: int, b: int) -> "TileValue": return transpose(self, a, b)
-    def permute(self, *dims: Any) -> "TileValue": return permute(self, dims)
-    def expand(self, *sizes: Any) -> "TileValue": return broadcast(self, _sizes(sizes))
-    def expand_as(self, o: Any) -> "TileValue": return broadcast(self, o.shape)
-    def broadcast_to(self, shape: Any) -> "TileValue": return broadcast(self, _sizes((shape,)))
 
     @property
     def T(self) -> "TileValue":
@@ -239,17 +227,10 @@ class TileValue:
                                 "keep tiles inside the kernel function")
 
 
-# more torch-style tile methods by name, and the shift / `//` / `%` builders: device_math.py
-# registers them (it builds on this module)
+# more tile methods by name (exp, float, sum, ...) and the shift / `//` / `%` builders: device_math.py
 METHODS: dict[str, Any] = {}
 INT_BINARY: dict[str, Any] = {}
 
-SUPPORTED_HINT = ("device code supports arithmetic and comparisons, @ / torch.matmul / kd.dot, "
-                  "exp, exp2, log, log1p, expm1, sqrt, rsqrt, tanh, sigmoid, abs, relu, floor, ceil, round, "
-                  "sign, maximum, minimum, where, masked_fill, & | ^ ~ << >> // %, "
-                  "amax/amin/sum/mean/prod(dim), max/min/argmax/argmin(dim), softmax, "
-                  "log_softmax, logsumexp, cumsum, .to(dtype), .T, [:, None], squeeze and "
-                  "kd.zeros/kd.full (docs/ir.md lists them all)")
 
 
 def _emit(kind: str, operands: list[Value], attrs: dict[str, Any], shape: tuple[Dim, ...] | None,
@@ -309,13 +290,19 @@ def _as_tile(x: Any) -> TileValue:
     if isinstance(x, torch.Tensor):
         raise KernelSyntaxError("a whole tensor is used in device code", user_loc(),
                                 "load a tile from it first: `x[tm, tn]`")
+    if isinstance(x, torch.dtype):  # e.g. torch.bmm(a, b, torch.float32): an out_dtype argument
+        raise KernelSyntaxError(f"the dtype {x} is passed where device code expects a tile",
+                                user_loc(), "dtype arguments of matmuls (out_dtype) are not "
+                                "supported; cast the result instead: `torch.bmm(a, b).to(dtype)`")
     raise KernelSyntaxError(f"{type(x).__name__} value cannot be used in device code", user_loc(),
                             SUPPORTED_HINT)
 
 
 def _common(*xs: Any) -> tuple[list[TileValue], str]:
     """Operands cast to torch's promoted dtype (Python scalars are weak)."""
-    tiles = [x for x in xs if isinstance(x, TileValue)]
+    # a float argument (runtime_scalars.py) is a tile that promotes as a Python scalar does
+    tiles = [x for x in xs if isinstance(x, TileValue) and not hasattr(type(x), "weak_proto")] \
+        or [x for x in xs if isinstance(x, TileValue)]
     if not tiles:
         raise KernelSyntaxError("device op without any tile operand", user_loc(), SUPPORTED_HINT)
     dt = tiles[0].v.dtype
@@ -324,6 +311,8 @@ def _common(*xs: Any) -> tuple[list[TileValue], str]:
     for x in xs:
         if not isinstance(x, TileValue) and isinstance(x, Scalar):
             dt = dtypes.promote_scalar(dt, x)
+        elif hasattr(type(x), "weak_proto"):
+            dt = dtypes.promote_scalar(dt, x.weak_proto)
     out = [cast_v(x, dt) if isinstance(x, TileValue) else const(x, dt) if isinstance(x, Scalar)
            else _as_tile(x) for x in xs]
     return out, dt
@@ -572,8 +561,12 @@ def broadcast(x: Any, shape: tuple[Dim, ...]) -> TileValue:
 def subscript(x: TileValue, idx: Any) -> TileValue:
     """`v[:, None]`, `v[None]`, `v[..., None]`: only adding unit axes."""
     items = list(idx) if isinstance(idx, tuple) else [idx]
-    if Ellipsis in items:
-        i = items.index(Ellipsis)
+    if any(isinstance(it, TileValue) for it in items):  # before `in`: a tile's `==` is a device op
+        raise UnsupportedOpError("indexing a tile value with another tile (a gather) is not "
+                                 "supported", user_loc(), "index the tensor with kd.tile tiles "
+                                 "(`x[tm, tk]`); gathers through index tensors are not supported yet")
+    if any(it is Ellipsis for it in items):
+        i = next(i for i, it in enumerate(items) if it is Ellipsis)
         n_real = sum(1 for it in items if it is not None and it is not Ellipsis)
         items[i:i + 1] = [slice(None)] * (x.v.rank - n_real)
     out, axis = x, 0

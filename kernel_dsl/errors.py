@@ -78,3 +78,12 @@ class BackendError(KernelError):
 
 class IRVerificationError(KernelError):
     """The tile IR broke one of its invariants (a bug in kernel_dsl, not in the user's code)."""
+
+
+# what device code supports, for errors about anything else (docs/ir.md has the whole list)
+SUPPORTED_HINT = ("device code supports arithmetic and comparisons, @ / torch.matmul / kd.dot, "
+                  "exp, exp2, log, log1p, expm1, sqrt, rsqrt, tanh, sigmoid, abs, relu, floor, "
+                  "ceil, round, sign, maximum, minimum, where, masked_fill, & | ^ ~ << >> // %, "
+                  "amax/amin/sum/mean/prod(dim), max/min/argmax/argmin(dim), softmax, "
+                  "log_softmax, logsumexp, cumsum, .to(dtype), .T, [:, None], squeeze and "
+                  "kd.zeros/kd.full (docs/ir.md lists them all)")

@@ -19,7 +19,7 @@ INT_DTYPES = ("i32", "i16", "i8", "u8")
 # storage-only floats: they flow into loads, stores, casts, data movement and matmuls (docs/ir.md)
 FP8_DTYPES = ("f8e4m3fn", "f8e5m2")
 FP8_OPS = ("load", "store", "cast", "dot", "pad_fill", "expand_dims", "transpose", "broadcast",
-           "full", "loop")
+           "full", "loop", "bitcast")
 ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + FP8_DTYPES
 DTYPE_BITS = {"f32": 32, "bf16": 16, "f16": 16, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "bool": 8,
               "f8e4m3fn": 8, "f8e5m2": 8}
@@ -33,7 +33,7 @@ REDUCE_OPS = ("sum", "max", "min", "prod")
 # every other op kind; each has reference semantics in ir_verify and one rule per backend
 STRUCTURAL_OPS = ("load", "store", "const", "full", "iota", "arange", "tile_begin", "tile_id", "tile_size",
                   "tile_count", "cast", "where", "reduce", "dot", "expand_dims", "transpose",
-                  "broadcast", "pad_fill", "loop")
+                  "broadcast", "pad_fill", "loop", "bitcast")
 
 
 @dataclass(eq=False)
@@ -63,9 +63,30 @@ class TileVar:
     kind: str  # "grid" (parallel launch axis) or "loop" (sequential, inside the kernel)
     loc: SourceLoc | None = None
     name: str = ""  # the user's loop variable, unique within the kernel
+    # `kd.tile(begin, end)`: the loop walks [lo, hi) from lo; each is an int or a rank-0 i32
+    # value of the enclosing region (an outer tile's `.end`, ...). `extent` is then a static
+    # bound on hi - lo (the most blocks the loop can take) and `limit` one on hi.
+    lo: "int | Value" = 0
+    hi: "int | Value | None" = None
+    limit: int | None = None
 
     def __repr__(self) -> str:
         return self.name or f"t{self.id}"
+
+    @property
+    def bounded(self) -> bool:
+        """Made by `kd.tile(begin, end)`: lanes are masked against `hi`, not the axis size."""
+        return self.hi is not None
+
+    @property
+    def dynamic(self) -> bool:
+        """Its bounds are device values: the trip count is known only when the kernel runs."""
+        if isinstance(self.lo, int) and isinstance(self.hi, int):
+            return self.hi - self.lo < 1  # static but empty: the trip count expression gives 0
+        return not (isinstance(self.lo, int) and self.hi is None)
+
+    def bound_values(self) -> list["Value"]:
+        return [b for b in (self.lo, self.hi) if isinstance(b, Value)]
 
 
 Dim = Union[int, TileVar]
@@ -85,15 +106,19 @@ class TensorParam:
 
 @dataclass(frozen=True)
 class Index:
-    """One entry of a tensor subscript: a tile, `:` (the whole axis) or an int."""
+    """One entry of a tensor subscript: a tile, `:` (the whole axis), an int, or a device
+    scalar ("dyn": a `kd.grid` index or a loaded int; the axis is dropped, as for an int)."""
 
-    kind: str  # "tile" | "full" | "int"
+    kind: str  # "tile" | "full" | "int" | "dyn"
     tile: TileVar | None = None
     value: int = 0
+    scalar: "Value | None" = None
 
     def __repr__(self) -> str:
         if self.kind == "tile":
             return repr(self.tile)
+        if self.kind == "dyn":
+            return repr(self.scalar)
         return ":" if self.kind == "full" else str(self.value)
 
 
@@ -177,6 +202,13 @@ class KernelIR:
 
     def loops(self) -> list[Op]:
         return [op for op in self.body.walk() if op.kind == "loop"]
+
+
+def index_values(op: Op) -> list[Value]:
+    """The device scalars a load or store is indexed by (its "dyn" entries)."""
+    if op.kind not in ("load", "store"):
+        return []
+    return [ix.scalar for ix in op.attrs["index"] if ix.scalar is not None]
 
 
 def broadcast_shapes(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:

@@ -11,6 +11,8 @@ def _ty(v: Value) -> str:
 
 
 def _tile_decl(t: TileVar) -> str:
+    if t.bounded:  # kd.tile(begin, end): at most `extent` elements
+        return f"{t!r} = tile({t.lo!r}, {t.hi!r}, {t.block!r}) <= {t.extent}"
     return f"{t!r} = tile({t.extent}, {t.block!r})"
 
 

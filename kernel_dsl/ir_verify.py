@@ -6,6 +6,7 @@ from .ir import (
     ALL_DTYPES,
     BINARY_OPS,
     COMPARE_OPS,
+    DTYPE_BITS,
     FLOAT_DTYPES,
     FP8_DTYPES,
     FP8_OPS,
@@ -18,6 +19,7 @@ from .ir import (
     TileVar,
     Value,
     broadcast_shapes,
+    index_values,
 )
 
 
@@ -49,7 +51,7 @@ def _check_dtypes(op: Op) -> None:
 
 
 def _check_op(op: Op, defined: set[int]) -> None:
-    for v in op.operands:
+    for v in [*op.operands, *index_values(op)]:
         _check_value(v, defined, op)
     k = op.kind
     for r in op.results:
@@ -82,8 +84,12 @@ def _check_op(op: Op, defined: set[int]) -> None:
         t = op.attrs["tensor"]
         if len(op.attrs["index"]) != len(t.shape):
             _fail(op, f"`{k}` of {t.name} has {len(op.attrs['index'])} indices for rank {len(t.shape)}")
+        for ix in op.attrs["index"]:
+            if ix.kind == "dyn" and (ix.scalar.rank != 0 or ix.scalar.dtype not in
+                                     ("i32", "i16", "i8", "u8")):
+                _fail(op, f"`{k}` of {t.name} indexed by a non-scalar or non-integer value")
         for ix, n in zip(op.attrs["index"], t.shape):
-            if ix.kind == "tile" and ix.tile.extent != n:
+            if ix.kind == "tile" and not ix.tile.bounded and ix.tile.extent != n:
                 _fail(op, f"tile {ix.tile!r} over {ix.tile.extent} indexes an axis of {n}")
     elif k == "loop":
         body = op.body
@@ -92,6 +98,12 @@ def _check_op(op: Op, defined: set[int]) -> None:
         for init, arg, res in zip(op.operands, body.args, op.results):
             if (init.shape, init.dtype) != (arg.shape, arg.dtype) != (res.shape, res.dtype):
                 _fail(op, "loop-carried value changes type")
+    elif k == "bitcast":  # the same bits read as another dtype of the same width
+        x, r = op.operands[0], op.result
+        if r.shape != x.shape:
+            _fail(op, "`bitcast` changes shape")
+        if "bool" in (x.dtype, r.dtype) or DTYPE_BITS[x.dtype] != DTYPE_BITS[r.dtype]:
+            _fail(op, f"`bitcast` of {x.dtype} to {r.dtype}: element widths must match")
     elif k == "broadcast":
         if broadcast_shapes(op.operands[0].shape, op.result.shape) != op.result.shape:
             _fail(op, "broadcast to a shape the operand does not broadcast to")

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import amp, bucket_plan, buckets, dtypes, guards, lowering
+from . import amp, arguments, bucket_plan, buckets, dtypes, guards, lowering, runtime_scalars
 from .arg_check import (
     autotune_target,
     check_config,
@@ -35,6 +35,8 @@ from .errors import (
 from .ir import KernelIR
 from .ir_verify import verify
 from .lowering.pallas.targets import TPU_TARGETS, tpu_target
+from .runtime_scalars import RUNTIME_TYPES as _RUNTIME
+from .runtime_scalars import kernel_inputs
 from .torch_ops import make_ops
 from .trace_mode import TraceMode
 from .tracing import ShapeOnly, Tracer, is_machinery, run_traced, user_loc
@@ -43,7 +45,8 @@ _backend_stack: list[str] = []  # `with kd.backend(...)`; a plain global so Dyna
 _ENV_BACKEND = os.environ.get("KD_BACKEND")
 _faithful_stack: list[bool] = []
 _ENV_FAITHFUL = os.environ.get("KD_INTERPRET", "") == "faithful"
-_SCALARS = (int, float, bool)
+_PLAIN = (int, float, bool, list, tuple)  # may take the plain CPU call (lists: `_validate`)
+_CONSTANT = (int, bool, float, str, type(None))  # keyed as (type, value)
 
 
 class backend:
@@ -83,17 +86,6 @@ def _faithful() -> bool:
     return _faithful_stack[-1] if _faithful_stack else _ENV_FAITHFUL
 
 
-def _arg_kind(p: inspect.Parameter) -> str:
-    ann = p.annotation
-    if isinstance(ann, str):
-        ann = {"int": int, "float": float, "bool": bool}.get(ann, ann)
-    if ann in _SCALARS:
-        return ann.__name__
-    if ann is inspect.Parameter.empty and isinstance(p.default, _SCALARS):
-        return type(p.default).__name__
-    return "Tensor"
-
-
 def _foreign_error_loc(exc: BaseException) -> SourceLoc | None:
     """The innermost user frame of a traceback (not kernel_dsl, not torch)."""
     loc = None
@@ -119,6 +111,8 @@ class Kernel:
     """A traced, specialized, compiled and cached tile kernel; callable like a torch function."""
 
     static_shapes = False  # True: never padded to shape buckets (the library's ops pad themselves)
+    # float arguments are runtime scalars (runtime_scalars.py); False: constants, built per value
+    runtime_scalars = True
 
     def __init__(self, fn: Callable[..., Any], *, config: Config | None = None,
                  configs: list[Config] | None = None, backend: str | None = None,
@@ -139,7 +133,7 @@ class Kernel:
                 raise KernelSyntaxError(f"kernel `{self.name}` parameter `{p.name}` is "
                                         f"{p.kind.description}", user_loc(),
                                         "kernel parameters are plain positional arguments")
-        self.kinds = [_arg_kind(p) for p in self.params]
+        self.kinds = [arguments.arg_kind(p) for p in self.params]
         self.config = config if config is not None else (configs[0] if configs else None)
         self.configs_given = list(configs or [])
         self.default_backend = backend
@@ -155,6 +149,9 @@ class Kernel:
         self.stats = {"traces": 0, "renders": 0, "compiles": 0}
         self._irs: dict[tuple[Any, ...], KernelIR] = Bounded()  # oldest out past the limit
         self._compiled: dict[tuple[Any, ...], Callable[..., tuple[torch.Tensor, ...]]] = Bounded()
+        # float arguments keyed by value: those kd.specialize asked for, or all of them
+        self._specialized: frozenset[int] = frozenset(
+            () if self.runtime_scalars else range(len(self.params)))
         self._jax: Any = None
         self._ops = make_ops(self)
 
@@ -178,8 +175,8 @@ class Kernel:
             if type(a) is torch.Tensor:
                 if not a.is_cpu or (grad and a.requires_grad):
                     return False
-            elif isinstance(a, torch.Tensor) or not isinstance(a, _SCALARS):
-                return False  # a subclass; or a list, None, ...: the router says which
+            elif isinstance(a, torch.Tensor) or not isinstance(a, _PLAIN):
+                return False  # a subclass; or None, ...: the router says which
         return not torch._C._are_functorch_transforms_active()
 
     def register_autograd(self, backward: Callable[..., Any], *,
@@ -216,8 +213,8 @@ class Kernel:
             if kind == "Tensor":
                 if not isinstance(a, torch.Tensor):
                     raise ArgumentError(f"argument `{p.name}` must be a torch.Tensor, got "
-                                        f"{type(a).__name__}", loc,
-                                        f"call it as {self.name}{self.signature}")
+                                        f"{type(a).__name__}", loc, arguments.tensor_hint(a)
+                                        or f"call it as {self.name}{self.signature}")
                 if dtypes.to_ir(a.dtype) is None:
                     raise DTypeError(f"argument `{p.name}` has dtype {a.dtype}", loc,
                                      dtypes.unsupported_reason(a.dtype))
@@ -228,43 +225,55 @@ class Kernel:
                     raise ArgumentError(f"argument `{p.name}` is on {a.device}, earlier ones on "
                                         f"{device}", loc, "move all tensor arguments to one device")
                 device = a.device
-            elif not isinstance(a, _SCALARS):
-                raise ArgumentError(f"argument `{p.name}` must be {kind}, got {type(a).__name__}",
-                                    loc, f"call it as {self.name}{self.signature}")
+            elif arguments.check(kind, a) is not None:
+                raise ArgumentError(f"argument `{p.name}` must be {arguments.check(kind, a)}, got "
+                                    f"{a!r}", loc, f"call it as {self.name}{self.signature}")
 
     def arg_key(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The key of traces and builds: argument shapes, dtypes and scalar values, and the
-        values of the scalar globals and closure variables the kernel reads (guards.py)."""
+        """The key of traces and builds: argument shapes, dtypes and constant values (a runtime
+        float gives its type only, unless the kernel `kd.specialize`s it), and the values of the
+        scalar globals and closure variables the kernel reads (guards.py)."""
         rs = self.__dict__.get("_reads")
         if rs is None:  # found once, at the first call (globals defined after `def` count)
             rs = self._reads = guards.reads(self.fn)
-        return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
-                     for a in args) + guards.values(rs)
+        spec = self._specialized
+        return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor)
+                     else arguments.FLOAT_KEY if type(a) in _RUNTIME and i not in spec
+                     else (type(a), a) if type(a) in _CONSTANT else arguments.key_part(a)
+                     for i, a in enumerate(args)) + guards.values(rs)
 
     def ir(self, *args: Any) -> KernelIR:
-        """The tile IR of this kernel specialized to `args` (shapes, dtypes, scalar values)."""
+        """The tile IR of this kernel specialized to `args` (shapes, dtypes, constant values)."""
         args = self._bind(args, {}) if len(args) != len(self.params) else args
         key = self.arg_key(args)
         ir = self._irs.get(key)
         if ir is None:
             self._validate(args)
             ir = self._trace(args)
-            self._irs[key] = ir
+            self._irs[self.arg_key(args)] = ir  # again: kd.specialize may have widened the key
         return ir
 
     def _trace(self, args: tuple[Any, ...]) -> KernelIR:
         self.stats["traces"] += 1
         tracer = Tracer(self.name)
         call_args: list[Any] = []
+        scalars = runtime_scalars.ScalarArgs()
         for i, (p, a) in enumerate(zip(self.params, args)):
             if isinstance(a, torch.Tensor):
                 meta = torch.empty(tuple(a.shape), dtype=a.dtype, device="meta")
                 tracer.add_param(meta, p.name, dtypes.TORCH_TO_IR[a.dtype], False, arg_index=i)
                 call_args.append(meta)
+            elif self.runtime_scalars and runtime_scalars.is_runtime(a):  # a hidden input, in
+                # argument order: [1, 1] f32
+                meta = torch.empty(runtime_scalars.HIDDEN_SHAPE, dtype=torch.float32, device="meta")
+                param = tracer.add_param(meta, p.name, "f32", False, arg_index=i)
+                call_args.append(runtime_scalars.argument(p.name, a, param, i, scalars))
             else:
                 call_args.append(a)
         try:
             returned = run_traced(self.fn, tracer, call_args, TraceMode(tracer))
+            if scalars.specialized - self._specialized:  # from now on keyed by those values
+                self._specialized = self._specialized | scalars.specialized
         except KernelError:
             raise
         except Exception as e:  # the user's own code failed on these arguments
@@ -330,7 +339,7 @@ class Kernel:
             self.stats["renders"] += 1
             fn = be.compile(gen, ir, faithful=True) if faithful else be.compile(gen, ir)
             self.stats["compiles"] += 1
-            self._compiled[key] = fn
+            self._compiled[(backend_name, config, faithful) + self.arg_key(args)] = fn  # specialize
         return fn
 
     def run_cpu(self, backend_name: str, args: tuple[Any, ...],
@@ -355,17 +364,16 @@ class Kernel:
 
     def cpu_runner(self, args: tuple[Any, ...]) -> Callable[..., tuple[torch.Tensor, ...]]:
         """The build `run_cpu(self.backend_name(), args)` runs, for a caller that launches many
-        calls of one signature itself (it passes contiguous CPU tensors, in argument order).
+        calls of one signature itself (it passes `runtime_scalars.kernel_inputs(args)`: the
+        contiguous CPU tensors, and each float argument as a [1, 1] f32 tensor, in argument order).
         Static-shape kernels only: a bucketed kernel pads its arguments in `run_cpu`."""
         if not self.static_shapes:
             raise AssertionError(f"{self.name}: cpu_runner needs static_shapes=True")
         return self.compiled(self.backend_name(), args)
 
-    @staticmethod
-    def _run(fn: Callable[..., tuple[torch.Tensor, ...]], args: tuple[Any, ...]) -> list[torch.Tensor]:
-        tensors = [a if a.is_contiguous() else a.contiguous()
-                   for a in args if isinstance(a, torch.Tensor)]
-        return list(fn(*tensors))
+    def _run(self, fn: Callable[..., tuple[torch.Tensor, ...]], args: tuple[Any, ...]) -> list[torch.Tensor]:
+        # the tensors, and each runtime float as a [1, 1] f32 input
+        return list(fn(*kernel_inputs(args, scalars=self.runtime_scalars)))
 
     # -- shape buckets (kernel_dsl/buckets.py, bucket_plan.py) ----------------------------------
     def note_dynamic(self, args: tuple[Any, ...]) -> None:

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import device_ops
+from . import device_ops, tile_bounds
 from .device_ops import Tile, TileValue
 from .errors import KernelSyntaxError, LoopScopeError
 from .ir import BlockSym, Op, Region, Value, shape_str
@@ -16,9 +16,10 @@ from .tracing import Tracer, current, loop_var_names, replace_uses, shape_only, 
 class BlockSize:
     """A block-size knob declared with `kd.block_size(name)`, shared by several `kd.tile`s."""
 
-    def __init__(self, sym: BlockSym | None, name: str | None):
+    def __init__(self, sym: BlockSym | None, name: str | None, tracer: Tracer | None = None):
         self.sym = sym
         self.name = name
+        self.tracer = tracer  # an unnamed one is made by its first `kd.tile`, in source order
 
     def __repr__(self) -> str:
         return f"kd.block_size({self.name!r})" if self.name else "kd.register_block_size(...)"
@@ -43,18 +44,27 @@ def _declare(name: str | None, choices: tuple[int, ...] | None, what: str) -> Bl
     if tr.region is not None:
         raise KernelSyntaxError(f"`{what}` is host code", user_loc(),
                                 "declare it before the `kd.tile` loops")
+    if name is None:  # positional: its place in Config.block_sizes is its first loop's
+        return BlockSize(None, None, tr)
     return BlockSize(tr.block_sym(name, choices), name)
 
 
-def specialize(n: Any) -> int:
-    """Makes a size a compile-time constant (sizes are already specialized per shape)."""
-    return int(n)
+def specialize(n: Any) -> Any:
+    """Makes a value a compile-time constant: a float argument (otherwise a runtime scalar, so
+    that a new value does not rebuild the kernel; kernel_dsl/runtime_scalars.py) then builds the
+    kernel once per value. Sizes, ints and bools are already specialized per value."""
+    hook = getattr(type(n), "_kd_specialize", None)  # a runtime scalar while tracing
+    if hook is not None:
+        return hook(n)
+    return n if isinstance(n, (bool, float, torch.SymFloat)) else int(n)
 
 
 def _sym_for(tr: Tracer, bs: Any, loc: Any) -> BlockSym:
     if bs is None:
         return tr.block_sym()
     if isinstance(bs, BlockSize):
+        if bs.sym is None and bs.tracer is tr:
+            bs.sym = tr.block_sym()
         if bs.sym is None:
             raise KernelSyntaxError("`kd.block_size` was declared outside the kernel", loc,
                                     "call `kd.block_size(...)` in the kernel's host code")
@@ -68,9 +78,11 @@ def _sym_for(tr: Tracer, bs: Any, loc: Any) -> BlockSym:
 class TileLoop:
     """`for t in kd.tile(...)`: runs its body exactly once, recording it as a region."""
 
-    def __init__(self, tr: Tracer, sizes: list[int], block_sizes: list[Any], multi: bool):
+    def __init__(self, tr: Tracer, sizes: list[Any], block_sizes: list[Any], multi: bool,
+                 begins: list[Any] | None = None):
         self.tr = tr
-        self.sizes = sizes
+        self.sizes = sizes  # the ends
+        self.begins = begins  # None: every dim starts at 0
         self.block_sizes = block_sizes
         self.multi = multi
         self.step = 0
@@ -98,6 +110,12 @@ class TileLoop:
                 raise KernelSyntaxError(
                     "a kernel has one outermost `kd.tile` loop (the launch grid)", loc,
                     "merge the loops, or write a second kernel")
+            for b, n in zip(self.begins or [0] * len(self.sizes), self.sizes):
+                if not (isinstance(b, int) and b == 0 and isinstance(n, int)):
+                    raise KernelSyntaxError(
+                        f"the launch grid's `kd.tile({b!r}, {n!r})` does not start at 0 with an "
+                        "int end", loc, "tile the grid from 0 (`kd.tile(n)`); a nested loop may "
+                        "take `kd.tile(begin, end)`")
             syms = [_sym_for(tr, b, loc) for b in self.block_sizes]
             names = loop_var_names(loc, len(self.sizes))
             vars_ = [tr.new_tile(n, s, "grid", loc, nm) for n, s, nm in zip(self.sizes, syms, names)]
@@ -108,9 +126,14 @@ class TileLoop:
         if len(self.sizes) != 1:
             raise KernelSyntaxError("a nested `kd.tile` loop over several sizes", loc,
                                     "nest one `for t in kd.tile(n)` loop per size")
-        var = tr.new_tile(self.sizes[0], _sym_for(tr, self.block_sizes[0], loc), "loop", loc,
+        var = tr.new_tile(1, _sym_for(tr, self.block_sizes[0], loc), "loop", loc,
                           loop_var_names(loc, 1)[0])
+        if self.begins is None:
+            var.extent = self.sizes[0]
+        else:
+            tile_bounds.make_bounds(var, self.begins[0], self.sizes[0], loc)
         self.parent = tr.region
+        _unalias(frame)
         body = Region(parent=self.parent)
         self.op = Op("loop", [], {"tile": var}, [], loc, body)
         self.parent.ops.append(self.op)
@@ -176,10 +199,35 @@ class TileLoop:
         write_frame_locals(frame, updates)
 
 
-def tile(sizes: Any, block_size: Any = None) -> Iterator[Any]:
-    """Tiles `sizes` (an int or a list of ints). The outermost loop is the launch grid."""
+def _unalias(frame: Any) -> None:
+    """Names that share one tile value (`b = a`) get values of their own before a loop: the
+    body is traced once and carried values are found by which names change, so were `b`
+    rebound in the loop while `a` is not, the body's reads of `a` would become reads of `b`."""
+    seen: set[int] = set()
+    updates: dict[str, Any] = {}
+    for name, v in frame.f_locals.items():
+        if not isinstance(v, TileValue):
+            continue
+        if v.v.id in seen:  # an identity cast: a distinct value with the same contents
+            updates[name] = TileValue(current().emit("cast", [v.v], {"dtype": v.v.dtype},  # type: ignore[union-attr]
+                                                     v.v.shape, v.v.dtype))
+        seen.add(v.v.id)
+    write_frame_locals(frame, updates)
+
+
+def tile(begin_or_end: Any, end_or_none: Any = None, block_size: Any = None) -> Iterator[Any]:
+    """`kd.tile(n)` tiles [0, n); `kd.tile(begin, end)` tiles [begin, end), as Helion's
+    `hl.tile`. Either may be a list (one entry per dim). The outermost loop is the launch grid;
+    a nested loop's bounds may be device values (an outer tile's `.begin`/`.end`, ...)."""
+    sizes = begin_or_end if end_or_none is None else end_or_none
+    begins = None if end_or_none is None else begin_or_end
     multi = isinstance(sizes, (list, tuple))
     size_list = list(sizes) if multi else [sizes]
+    begin_list = None if begins is None else list(begins) if multi else [begins]
+    if begin_list is not None and (isinstance(begins, (list, tuple)) != multi
+                                   or len(begin_list) != len(size_list)):
+        raise KernelSyntaxError(f"`kd.tile({begins!r}, {sizes!r})`: begins and ends differ in "
+                                "number", user_loc(), "give one begin per end")
     if shape_only():
         return iter(())
     tr = current()
@@ -194,11 +242,46 @@ def tile(sizes: Any, block_size: Any = None) -> Iterator[Any]:
                                     "give one block size (or None) per size")
     else:
         bs = [block_size] * len(size_list)
-    for n in size_list:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise KernelSyntaxError(f"`kd.tile` size {n!r} is not a positive int", loc,
-                                    "tile sizes read from `.shape` (empty tensors are not supported)")
-    return TileLoop(tr, size_list, bs, multi)
+    if begin_list is None:
+        for n in size_list:
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise KernelSyntaxError(
+                    f"`kd.tile` size {n!r} is not a positive int", loc,
+                    "tile sizes read from `.shape` (empty tensors are not supported); a nested "
+                    "loop over device bounds is `kd.tile(begin, end)`")
+    return TileLoop(tr, size_list, bs, multi, begin_list)
+
+
+def grid(begin_or_end: Any, end_or_none: Any = None) -> Iterator[Any]:
+    """Helion's `hl.grid`: integer indices, one per element of [0, n) (or [begin, end)), as
+    the launch grid or as a sequential loop; `kd.grid([n, m])` gives a tuple. Each index is an
+    int32 device scalar: it indexes one element of an axis (`x[b, tj]`) and takes arithmetic."""
+    it = tile(begin_or_end, end_or_none, block_size=1)
+    if shape_only():
+        return it
+    return _GridLoop(it)  # type: ignore[arg-type]
+
+
+class _GridLoop:
+    """A `kd.tile` loop with blocks of one that yields each block's index instead of the tile."""
+
+    def __init__(self, loop: TileLoop):
+        self.loop = loop
+
+    def __iter__(self) -> "_GridLoop":
+        return self
+
+    def __next__(self) -> Any:
+        frame = sys._getframe(1)
+        self.loop.step += 1
+        if self.loop.step == 1:
+            got = self.loop._enter(frame)
+            tiles = got if isinstance(got, tuple) else (got,)
+            idx = tuple(t.begin for t in tiles)
+            return idx if self.loop.multi else idx[0]
+        if self.loop.step == 2:
+            self.loop._exit(frame)
+        raise StopIteration
 
 
 def zeros(shape: Any, dtype: torch.dtype = torch.float32) -> TileValue:

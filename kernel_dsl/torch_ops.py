@@ -29,7 +29,8 @@ from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
 from .user_autograd import autograd_fns
 
-_SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool"}
+_SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool",
+                 "int[]": "SymInt[]"}  # kernel_dsl/arguments.py
 # The kernel library's own ops (kernels/*.py) share the namespace: a user kernel of one of these
 # names gets a suffix, whichever is imported first (tests/test_library_configs.py keeps it true).
 LIBRARY_OPS = frozenset(f"{op}{suffix}" for op in ("matmul", "flash_attention", "softmax",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .torch_ops import KernelOps
 
 _MODULE = "torch_tpu._internal.pallas"
-_SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool}
+_SCALARS: dict[str, Any] = {"int": int, "float": float, "bool": bool, "int[]": list[int]}
 ENV_TARGET = "KD_TPU_TARGET"
 DEFAULT_TPU_TARGET = "tpu-v6e"
 # TorchTPU's chip names (torch_tpu/_internal/utils/hardware.py, `TpuVersion`) -> ours. They are

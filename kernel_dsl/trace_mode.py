@@ -7,9 +7,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from . import dtypes
+from . import dtypes, runtime_scalars, tile_bounds
 from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v
-from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError
+from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
 from .ir import Dim, Index, TensorParam, shape_str
 from .torch_functions import dispatch
 from .tracing import Tracer, assigned_name, user_loc
@@ -29,6 +29,44 @@ _HOST_OK = {"size", "dim", "stride", "numel", "is_contiguous", "__len__", "__for
 _HOST_DTYPE_OK = {torch.promote_types, torch.result_type, torch.can_cast}
 
 
+def _from_index(v: Any, depth: int = 4) -> bool:
+    """Whether a value is computed from a tile's `.index` (an offset window, not a gather)."""
+    op = v.op
+    if op is None or depth == 0:
+        return False
+    return op.kind == "iota" or any(_from_index(o, depth - 1) for o in op.operands)
+
+
+def _scalar_index(it: Any) -> bool:
+    """A rank-0 integer device value (a `kd.grid` index, `t.begin`, a loaded int) indexes one
+    element of an axis, as a Python int does; it must be in range, as torch requires."""
+    return isinstance(it, TileValue) and not it.v.shape and it.v.dtype in ("i32", "i16", "i8",
+                                                                           "u8")
+
+
+def _gather_error(p: TensorParam, it: Any, loc: Any) -> KernelSyntaxError:
+    """Indexing with a tensor or a tile value: gather/scatter, which Language I will add."""
+    if isinstance(it, torch.Tensor):
+        what = "a whole tensor"
+    elif it.v.dtype == "bool":
+        return UnsupportedOpError(
+            f"`{p.name}[mask]`: indexing with a bool tile (boolean-mask indexing) is not "
+            "supported", loc, f"load the block and select per element: "
+            f"`torch.where(mask, {p.name}[t], 0.0)`")
+    elif not it.v.shape:
+        what = "a scalar computed on the device (`t.begin`, a loaded value)"
+    elif _from_index(it.v):
+        what = "indices computed from `t.index` (an offset or strided window)"
+    else:
+        what = "an integer tile loaded from a tensor"
+    return UnsupportedOpError(
+        f"`{p.name}[...]` is indexed with {what}: gather and scatter through index tensors "
+        "are not supported yet", loc,
+        f"index `{p.name}` with tiles from kd.tile, `:` or Python ints; gather (`w[ids]`) or "
+        "scatter (`out[ids] = v`) in PyTorch before or after the kernel and pass the result "
+        "as an argument")
+
+
 class TraceMode(TorchFunctionMode):
     def __init__(self, tracer: Tracer):
         super().__init__()
@@ -42,6 +80,8 @@ class TraceMode(TorchFunctionMode):
             return self._setitem(args[0], args[1], args[2])
         flat, _ = tree_flatten((args, kwargs))
         if any(isinstance(a, (TileValue, Tile)) for a in flat):
+            if runtime_scalars.has_runtime(flat):  # float arguments promote as Python floats
+                args, kwargs = runtime_scalars.weak_args(func, args, kwargs)
             return dispatch(func, args, kwargs)
         if func in _ALLOC_INIT:
             return self._alloc(func, args, kwargs)
@@ -91,8 +131,11 @@ class TraceMode(TorchFunctionMode):
     def _index(self, p: TensorParam, idx: Any) -> tuple[tuple[Index, ...], tuple[Dim, ...]]:
         loc = user_loc()
         items = list(idx) if isinstance(idx, tuple) else [idx]
-        if Ellipsis in items:
-            i = items.index(Ellipsis)
+        for it in items:  # before any `==`: a tile value's `==` is a device op, not a test
+            if isinstance(it, (TileValue, torch.Tensor)) and not _scalar_index(it):
+                raise _gather_error(p, it, loc)
+        if any(it is Ellipsis for it in items):
+            i = next(i for i, it in enumerate(items) if it is Ellipsis)
             items[i:i + 1] = [slice(None)] * (len(p.shape) - len(items) + 1)
         if len(items) > len(p.shape):
             raise ShapeError(f"{len(items)} indices for `{p.name}` of rank {len(p.shape)}", loc)
@@ -105,13 +148,18 @@ class TraceMode(TorchFunctionMode):
                 if tr.region is None or not it.region.encloses(tr.region):
                     raise KernelSyntaxError("this tile's loop has already ended", loc,
                                             "use a tile only inside its own `for` loop")
-                if it.var.extent != n:
+                if it.var.bounded:  # kd.tile(begin, end): its end must stay inside the axis
+                    tile_bounds.check_axis(it.var, n, p.name, loc)
+                elif it.var.extent != n:
                     raise ShapeError(
                         f"a tile over {it.var.extent} elements indexes axis {axis} of "
                         f"`{p.name}`, which has {n}", loc,
                         f"tile that axis's own size, e.g. `kd.tile({p.name}.shape[{axis}])`")
                 index.append(Index("tile", it.var))
                 shape.append(it.var)
+            elif isinstance(it, TileValue):  # a device scalar: `x[g, :]`, `emb[ids[t], :]`
+                tr.check_visible(it.v, loc)
+                index.append(Index("dyn", scalar=it.v))
             elif isinstance(it, slice) and it == slice(None):
                 index.append(Index("full"))
                 shape.append(n)

@@ -21,7 +21,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .errors import KernelSyntaxError, LoopScopeError, SourceLoc
-from .ir import BlockSym, Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
+from .ir import BlockSym, Dim, Index, KernelIR, Op, Region, TensorParam, TileVar, Value, index_values
 from .names import identifier
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -186,6 +186,11 @@ class Tracer:
                 raise KernelSyntaxError(f"output `{p.name}` is returned but never written", loc,
                                         f"store into it inside the grid loop: `{p.name}[tile] = ...`")
             returns.append(p)
+        for t in self.tiles:  # kd.tile(offsets[b], offsets[b + 1]) sized by what it indexes
+            if t.bounded and t.extent < 1:
+                raise KernelSyntaxError(
+                    f"loop `{t!r}` is bounded by values read from memory but indexes no tensor",
+                    t.loc, "index a tensor with the tile: its axis bounds the loop's blocks")
         _eliminate_dead_code(self.body)
         # the IR's name names generated functions and files: an ASCII identifier (names.py)
         return KernelIR(identifier(self.name), self.params, self.grid, self.body, self.block_syms,
@@ -207,6 +212,9 @@ def _eliminate_dead_code(region: Region) -> None:
             used.update(y.id for y in r.yields)
             for op in r.ops:
                 used.update(v.id for v in op.operands)
+                if op.kind == "loop":  # `kd.tile(begin, end)`: the loop reads its bounds
+                    used.update(v.id for v in op.attrs["tile"].bound_values())
+                used.update(v.id for v in index_values(op))  # x[g, :]: reads g
                 if op.body is not None:
                     mark(op.body)
         mark(region)
@@ -228,6 +236,12 @@ def _eliminate_dead_code(region: Region) -> None:
 def replace_uses(region: Region, old: Value, new: Value) -> None:
     for op in region.ops:
         op.operands = [new if v is old else v for v in op.operands]
+        if op.kind == "loop":
+            t = op.attrs["tile"]
+            t.lo, t.hi = (new if b is old else b for b in (t.lo, t.hi))
+        if any(v is old for v in index_values(op)):
+            op.attrs["index"] = tuple(Index("dyn", scalar=new) if ix.scalar is old else ix
+                                      for ix in op.attrs["index"])
         if op.body is not None:
             replace_uses(op.body, old, new)
     region.yields = [new if v is old else v for v in region.yields]

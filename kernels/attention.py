@@ -105,13 +105,17 @@ class _Plan:
         if not enabled():
             self.sqb, self.skvb = sq, skv
             self.qpos, self.causal, self.offset = _qpos(g, sq, causal, device), causal, offset
+            self.skip = causal
             return
         self.sqb, self.skvb = bucket(sq), bucket(skv)
         self.qpos = _row_limits(g, sq, skv, self.sqb, causal, offset, device)
         self.causal, self.offset = True, 0
+        # causal block skipping needs the diagonal in the build: bucketed, only the top-left
+        # one (offset 0) is the same for every length in the bucket
+        self.skip = causal and offset == 0
 
-    def scalars(self, sm_scale: float) -> tuple[float, bool, int]:
-        return float(sm_scale), bool(self.causal), int(self.offset)
+    def scalars(self, sm_scale: float) -> tuple[float, bool, int, int, bool]:
+        return float(sm_scale), bool(self.causal), int(self.offset), self.sqb, bool(self.skip)
 
 
 @library_op("kernel_dsl::flash_attention")

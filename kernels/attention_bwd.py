@@ -7,15 +7,21 @@
    dS = P * (dO V^T - delta).
 3. `flash_attention_bwd_dq`: one grid point per query block; a loop over key blocks
    accumulates dQ += dS K.
+With `skip` (causal, the bound known at build time) the dK/dV loop visits only the query rows
+that can see the key block and the dQ loop only the key blocks at or below the diagonal, as the
+forward does.
 The forward's lse is -inf for rows that see no key: such rows get P = 0 (never NaN), so all
 their gradients are zero. Masked entries are zeroed after the exponential, for the same reason.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 import kernel_dsl as kd
 
+from .attention_fwd import last_position
 from .base import library_kernel
 
 F32 = torch.float32
@@ -32,34 +38,48 @@ def flash_attention_bwd_delta(o: torch.Tensor, do: torch.Tensor):
     return delta
 
 
+def query_spans(tk: Any, rows: int, seq_q: int, offset: int, skip: bool) -> list[tuple[Any, Any]]:
+    """The row ranges whose queries can see key block `tk`: with `skip`, per folded head, the
+    rows from the first position p with p + offset >= tk.begin (rounded down to 128 rows, which
+    keeps the TPU's row slices aligned); else all rows."""
+    if not skip:
+        return [(0, rows)]
+    first = (tk.begin - offset).clamp(min=0) // 128 * 128
+    return [(g * seq_q + first.clamp(max=seq_q), (g + 1) * seq_q)
+            for g in range(rows // seq_q)]
+
+
 @library_kernel
 def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                             lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor,
-                            scale: float, causal: bool, offset: int):
+                            scale: float, causal: bool, offset: int, seq_q: int = 0,
+                            skip: bool = False):
     bh, rows, d = q.shape
     skv = k.shape[1]
     dv = v.shape[2]
     dk = torch.empty_like(k)
     dvo = torch.empty_like(v)
+    block_q = kd.register_block_size(rows)  # one knob for the query loop of every span
     for tb, tk in kd.tile([bh, skv]):
         kb = k[tb, tk, :]
         vb = v[tb, tk, :]
         dk_acc = kd.zeros([tb, tk, d], dtype=F32)
         dv_acc = kd.zeros([tb, tk, dv], dtype=F32)
-        for tq in kd.tile(rows):
-            qb = q[tb, tq, :]
-            dob = do[tb, tq, :]
-            lse_b = lse[tb, tq, :]
-            lse_b = torch.where(lse_b == NEG_INF, 0.0, lse_b)
-            s = (qb @ kb.transpose(-2, -1)).to(F32)
-            p = torch.exp(s * scale - lse_b)
-            if causal:
-                visible = tk.index[None, None, :] <= qpos[tq, :][None] + offset
-                p = torch.where(visible, p, 0.0)
-            dv_acc = dv_acc + p.to(do.dtype).transpose(-2, -1) @ dob
-            dp = (dob @ vb.transpose(-2, -1)).to(F32)
-            ds = p * (dp - delta[tb, tq, :])
-            dk_acc = dk_acc + ds.to(q.dtype).transpose(-2, -1) @ qb
+        for q_begin, q_end in query_spans(tk, rows, seq_q, offset, skip):  # one loop per span
+            for tq in kd.tile(q_begin, q_end, block_size=block_q):
+                qb = q[tb, tq, :]
+                dob = do[tb, tq, :]
+                lse_b = lse[tb, tq, :]
+                lse_b = torch.where(lse_b == NEG_INF, 0.0, lse_b)
+                s = (qb @ kb.transpose(-2, -1)).to(F32)
+                p = torch.exp(s * scale - lse_b)
+                if causal:
+                    visible = tk.index[None, None, :] <= qpos[tq, :][None] + offset
+                    p = torch.where(visible, p, 0.0)
+                dv_acc = dv_acc + p.to(do.dtype).transpose(-2, -1) @ dob
+                dp = (dob @ vb.transpose(-2, -1)).to(F32)
+                ds = p * (dp - delta[tb, tq, :])
+                dk_acc = dk_acc + ds.to(q.dtype).transpose(-2, -1) @ qb
         dk[tb, tk, :] = (dk_acc * scale).to(dk.dtype)
         dvo[tb, tk, :] = dv_acc.to(dvo.dtype)
     return dk, dvo
@@ -68,7 +88,8 @@ def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d
 @library_kernel
 def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                            lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor,
-                           scale: float, causal: bool, offset: int):
+                           scale: float, causal: bool, offset: int, seq_q: int = 0,
+                           skip: bool = False):
     bh, rows, d = q.shape
     skv = k.shape[1]
     dq = torch.empty_like(q)
@@ -81,7 +102,8 @@ def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do
         dq_acc = kd.zeros([tb, tq, d], dtype=F32)
         if causal:
             limit = qpos[tq, :][None] + offset
-        for tk in kd.tile(skv):
+        kv_end = (last_position(tq, rows, seq_q) + offset + 1).clamp(max=skv) if skip else skv
+        for tk in kd.tile(0, kv_end):  # skip: the key blocks at or below the diagonal only
             kb = k[tb, tk, :]
             s = (qb @ kb.transpose(-2, -1)).to(F32)
             p = torch.exp(s * scale - lse_b)

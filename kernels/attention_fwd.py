@@ -11,12 +11,19 @@ DSL has no integer division, so the position comes in as a small int32 input `qp
 offset 0 is `torch.nn.functional.scaled_dot_product_attention`'s top-left alignment, offset
 Skv - Sq the bottom-right (KV-cache) alignment.
 
+Causal block skipping (`skip`, with `seq_q` the per-head length of the folded rows): the key
+loop runs over [0, last query position of the row block + offset + 1) only, so blocks above the
+diagonal are never visited; the mask still cuts the diagonal blocks. attention.py turns it on
+whenever that bound is known when the kernel is built.
+
 Numerics: logits, max, sum and the output accumulator are f32 (`(a @ b).to(float32)` keeps the
 f32 product, unrounded); logits are shifted by the running max, so large logits never overflow; a row that
 sees no key keeps max -inf and sum 0 and writes zeros (never NaN) with lse = -inf.
 Outputs: o [B*Hkv, G*Sq, Dv] in q's dtype, lse [B*Hkv, G*Sq, 1] f32 (natural log).
 """
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -28,9 +35,19 @@ F32 = torch.float32
 NEG_INF = float("-inf")
 
 
+def last_position(tq: Any, rows: int, seq_q: int) -> Any:
+    """The largest query position in row block `tq` of the folded layout (row r is position
+    r % seq_q): the block's last row's, or seq_q - 1 when the block spans two heads."""
+    if rows == seq_q:
+        return tq.end - 1
+    first_head, last_head = tq.begin // seq_q, (tq.end - 1) // seq_q
+    return torch.where(first_head == last_head, tq.end - 1 - last_head * seq_q, seq_q - 1)
+
+
 @library_kernel
 def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos: torch.Tensor,
-                        scale: float, causal: bool, offset: int):
+                        scale: float, causal: bool, offset: int, seq_q: int = 0,
+                        skip: bool = False):
     bh, rows, d = q.shape
     skv = k.shape[1]
     dv = v.shape[2]
@@ -43,7 +60,9 @@ def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos:
         acc = kd.zeros([tb, tq, dv], dtype=F32)
         if causal:
             limit = qpos[tq, :][None] + offset  # [1, tq, 1]: the last key each row sees
-        for tk in kd.tile(skv):
+        # skip: visit only the key blocks at or below the diagonal (kd.tile(begin, end))
+        kv_end = (last_position(tq, rows, seq_q) + offset + 1).clamp(max=skv) if skip else skv
+        for tk in kd.tile(0, kv_end):
             s = (qb @ k[tb, tk, :].transpose(-2, -1)).to(F32)
             s = s * scale
             if causal:

@@ -31,6 +31,8 @@ class LibraryKernel(Kernel):
     """A DSL kernel of the library: it knows the shipped TPU configs."""
 
     static_shapes = True  # the library's ops pad their dynamic dims to shape buckets themselves
+    # floats (softmax scale, eps) stay constants: the shipped configs are keyed by the IR's inputs
+    runtime_scalars = False
 
     def _config_for(self, ir: KernelIR, backend_name: str, target: str,
                     config: Config | None) -> Config:

@@ -122,7 +122,8 @@ def _attention_fn(causal: bool, scale: float, offset: int) -> Any:
         b, h, sq, _ = q.shape
         hkv = k.shape[1]
         out, lse = flash_attention_fwd.jax(_fold(q, hkv), _fold(k, hkv), _fold(v, hkv),
-                                           _qpos(h // hkv, sq, causal), scale, causal, offset)
+                                           _qpos(h // hkv, sq, causal), scale, causal, offset,
+                                           sq, causal)  # causal: skip blocks above the diagonal
         return out.reshape(b, h, sq, v.shape[3]), lse.reshape(b, h, sq)
 
     @jax.custom_vjp
@@ -142,8 +143,9 @@ def _attention_fn(causal: bool, scale: float, offset: int) -> Any:
         lse3 = lse.reshape(b * hkv, (h // hkv) * sq, 1)
         qpos = _qpos(h // hkv, sq, causal)
         delta = flash_attention_bwd_delta.jax(_fold(out, hkv), do3)
-        dk, dv = flash_attention_bwd_dkv.jax(q3, k3, v3, do3, lse3, delta, qpos, scale, causal, offset)
-        dq = flash_attention_bwd_dq.jax(q3, k3, v3, do3, lse3, delta, qpos, scale, causal, offset)
+        scalars = (scale, causal, offset, sq, causal)
+        dk, dv = flash_attention_bwd_dkv.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars)
+        dq = flash_attention_bwd_dq.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars)
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
     f.defvjp(fwd, bwd)

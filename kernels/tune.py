@@ -2,6 +2,7 @@
 
     python -m kernel_dsl.kernels.tune --target tpu-v6e [--budget 40] [--only flash_attention_fwd]
     python -m kernel_dsl.kernels.tune --refresh-vmem [--target tpu-v6e]   # VMEM figures only
+    python -m kernel_dsl.kernels.tune --causal-only [--target tpu-v6e]    # causal attention only
 
 For each library kernel at the common shapes below, `kernel.autotune(..., target=...)` (the
 "model" evaluator: the analytical cost model ranks the config space, the VMEM estimate prunes,
@@ -28,7 +29,7 @@ from kernel_dsl.lowering.pallas.targets import TPU_TARGETS
 from kernel_dsl.version import __version__
 
 from . import KERNELS
-from .tuned import CONFIG_DIR
+from .tuned import CONFIG_DIR, dynamic_loops
 
 E, BF, I32 = torch.empty, torch.bfloat16, torch.int32
 SHIPPED_TARGETS = ("tpu-v4", "tpu-v5e", "tpu-v6e", "tpu-v5p", "tpu-v7x")
@@ -39,6 +40,16 @@ def _attention(bh: int, s: int, d: int) -> list[tuple[str, tuple[Any, ...]]]:
     sc = (d ** -0.5, False, 0)
     return [("flash_attention_fwd", (q, q, q, E(1, 1, dtype=I32), *sc)),
             ("flash_attention_bwd_delta", (q, q)),
+            ("flash_attention_bwd_dkv", (q, q, q, q, st, st, qp, *sc)),
+            ("flash_attention_bwd_dq", (q, q, q, q, st, st, qp, *sc))]
+
+
+def _causal_attention(bh: int, s: int, d: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """Top-left causal with block skipping (the bucketed and the training case): configs of
+    their own, since a skipping kernel favours other blocks."""
+    q, st, qp = E(bh, s, d, dtype=BF), E(bh, s, 1), E(s, 1, dtype=I32)
+    sc = (d ** -0.5, True, 0, s, True)
+    return [("flash_attention_fwd", (q, q, q, qp, *sc)),
             ("flash_attention_bwd_dkv", (q, q, q, q, st, st, qp, *sc)),
             ("flash_attention_bwd_dq", (q, q, q, q, st, st, qp, *sc))]
 
@@ -66,6 +77,8 @@ def problems() -> list[tuple[str, tuple[Any, ...]]]:
     out: list[tuple[str, tuple[Any, ...]]] = []
     for bh, s in ((8, 512), (8, 2048), (8, 8192), (64, 512), (64, 2048), (64, 8192)):
         out += _attention(bh, s, 128)
+    for bh, s in ((8, 2048), (8, 8192), (64, 2048), (64, 8192)):
+        out += _causal_attention(bh, s, 128)
     for m, k, n in ((1024, 1024, 1024), (4096, 4096, 4096), (8192, 4096, 14336)):
         out += _matmul(m, k, n)
     for m, n in ((8192, 4096), (4096, 8192)):
@@ -78,11 +91,20 @@ def entry_args(kernel: Any, entry: dict[str, Any]) -> tuple[Any, ...]:
     from kernel_dsl.dtypes import IR_TO_TORCH
 
     shapes, dts, scalars = iter(entry["shapes"]), iter(entry["dtypes"]), iter(entry["scalars"])
-    return tuple(torch.empty(next(shapes), dtype=IR_TO_TORCH[next(dts)], device="meta")
-                 if kind == "Tensor" else next(scalars) for kind in kernel.kinds)
+    args: list[Any] = []
+    for kind in kernel.kinds:
+        if kind == "Tensor":
+            args.append(torch.empty(next(shapes), dtype=IR_TO_TORCH[next(dts)], device="meta"))
+            continue
+        s = next(scalars, entry_args)  # an entry older than a defaulted scalar: its default
+        if s is entry_args:
+            break
+        args.append(s)
+    return tuple(args)
 
 
-def tune_target(target: str, budget: float, only: set[str] | None, log: Any) -> list[dict[str, Any]]:
+def tune_target(target: str, budget: float, only: set[str] | None, log: Any,
+                causal_only: bool = False) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         cache = TuningCache(tmp, version=__version__)
@@ -91,6 +113,8 @@ def tune_target(target: str, budget: float, only: set[str] | None, log: Any) -> 
                 continue
             kernel = KERNELS[name]
             ir = kernel.ir(*args)
+            if causal_only and not dynamic_loops(ir):
+                continue
             t0 = time.time()
             res = kernel.autotune(*args, target=target, budget=budget, cache=cache, use_cache=False)
             best = res.best_candidate
@@ -100,6 +124,7 @@ def tune_target(target: str, budget: float, only: set[str] | None, log: Any) -> 
             if res.best is None or best is None:
                 continue
             entries.append({"kernel": name, "shapes": shapes, "dtypes": [p.dtype for p in ir.inputs],
+                            "dynamic_loops": dynamic_loops(ir),
                             "scalars": [a for a in args if not isinstance(a, torch.Tensor)],
                             "config": json.loads(res.best.to_json()), "model_s": best.seconds,
                             "utilization": best.utilization, "vmem_used": best.vmem_used,
@@ -145,15 +170,20 @@ def write(target: str, entries: list[dict[str, Any]], budget: float, merge: bool
     if merge and os.path.exists(path):
         with open(path) as f:
             old = json.load(f).get("entries", [])
-        keys = {(e["kernel"], json.dumps(e["shapes"]), json.dumps(e["dtypes"])) for e in entries}
-        entries = [e for e in old if (e["kernel"], json.dumps(e["shapes"]),
-                                      json.dumps(e["dtypes"])) not in keys] + entries
+        keys = {_key(e) for e in entries}
+        entries = [e for e in old if _key(e) not in keys] + entries
     data = {"target": target, "version": __version__,
             "command": f"python -m kernel_dsl.kernels.tune --target {target} --budget {budget:g}",
             "evaluator": "model: analytical cost model + libtpu compile-only check + CPU output check",
-            "entries": sorted(entries, key=lambda e: (e["kernel"], e["shapes"]))}
+            "entries": sorted(entries, key=lambda e: (e["kernel"], e["shapes"],
+                                                      bool(e.get("dynamic_loops", False))))}
     os.makedirs(CONFIG_DIR, exist_ok=True)
     return _write_file(path, data)
+
+
+def _key(e: dict[str, Any]) -> tuple[Any, ...]:
+    return (e["kernel"], json.dumps(e["shapes"]), json.dumps(e["dtypes"]),
+            bool(e.get("dynamic_loops", False)))
 
 
 def _write_file(path: str, data: dict[str, Any]) -> str:
@@ -172,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="TPU target (repeatable); default: every TPU target")
     ap.add_argument("--budget", type=float, default=40.0, help="seconds per kernel and shape")
     ap.add_argument("--only", action="append", help="tune only these kernels (repeatable)")
+    ap.add_argument("--causal-only", action="store_true",
+                    help="tune only the block-skipping causal attention problems (merged in)")
     ap.add_argument("--refresh-vmem", action="store_true",
                     help="re-measure the shipped configs' VMEM only (no tuning)")
     a = ap.parse_args(argv)
@@ -182,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(a.only) if a.only else None
     for target in a.target or SHIPPED_TARGETS:
         entries = tune_target(target, a.budget, only,
-                              lambda msg: print(msg, file=sys.stderr, flush=True))
-        print(write(target, entries, a.budget, merge=only is not None))
+                              lambda msg: print(msg, file=sys.stderr, flush=True), a.causal_only)
+        print(write(target, entries, a.budget, merge=only is not None or a.causal_only))
     return 0
 
 

@@ -9,7 +9,8 @@ Each file holds the offline autotuner's winners for one TPU generation, one entr
                   "config": {"block_sizes": [512, 512], ...},
                   "model_s": 4.9e-05, "vmem_used": 4411392}, ...]}
 
-Lookup: the entry with exactly these shapes and dtypes; otherwise the nearest entry of the same
+Lookup: the entry with exactly these shapes and dtypes (and `dynamic_loops`: a causal kernel that
+skips blocks is tuned apart from the same shapes without skipping); otherwise the nearest entry of the same
 kernel and dtypes (distance: sum over dims of |log2 ratio|) whose config still fits the target's
 VMEM at the new shapes by the analytical estimate. Every candidate is rendered first, so a
 config the kernel no longer accepts (an edited kernel, a stale file) is skipped, never used.
@@ -44,6 +45,12 @@ def entries(target: str) -> tuple[dict[str, Any], ...]:
     return tuple(e for e in data.get("entries", []) if isinstance(e, dict) and "config" in e)
 
 
+def dynamic_loops(ir: KernelIR) -> bool:
+    """The kernel skips work (`kd.tile(begin, end)` bounds that are device values, as causal
+    attention's): its configs are tuned apart from the same shapes without skipping."""
+    return any(t.dynamic for t in ir.tiles)
+
+
 def _shapes(ir: KernelIR) -> list[list[int]]:
     return [list(p.shape) for p in ir.inputs]
 
@@ -74,7 +81,9 @@ def lookup(name: str, ir: KernelIR, target: TpuTarget) -> Config | None:
     memo_key = (name, json.dumps([shapes, dts]), target.name)
     if memo_key in _memo:
         return _memo[memo_key]
-    same = [e for e in entries(target.name) if e.get("kernel") == name and e.get("dtypes") == dts]
+    dynamic = dynamic_loops(ir)
+    same = [e for e in entries(target.name) if e.get("kernel") == name and e.get("dtypes") == dts
+            and bool(e.get("dynamic_loops", False)) == dynamic]
     exact = [e for e in same if e.get("shapes") == shapes]
     found: Config | None = None
     for e in exact + sorted(same, key=lambda e: _distance(shapes, e.get("shapes", []))):

@@ -13,6 +13,7 @@ import kernel_dsl as kd
 from kernel_dsl.errors import KernelError
 from kernel_dsl.lowering import get
 from kernel_dsl.lowering.nki.runner import compile_for_torch
+from kernel_dsl.runtime_scalars import kernel_inputs
 
 F8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 # NKI's float8_e4m3fn is a NeuronCore-v4 type: trn3 (the CPU path models trn2)
@@ -25,7 +26,7 @@ def call(backend: str, kernel: kd.Kernel, *args: Any) -> Any:
         nki = get("nki")
         ir = kernel.ir(*args)
         fn = compile_for_torch(nki.render(ir, nki.default_config(ir, "trn3"), "trn3"), ir)
-        outs = fn(*[a for a in args if isinstance(a, torch.Tensor)])
+        outs = fn(*kernel_inputs(args))
         return outs[0] if len(outs) == 1 else outs
     with kd.backend(backend):
         return kernel(*args)

@@ -181,3 +181,25 @@ def test_where_with_two_scalar_branches(backend: str) -> None:
     x = torch.randn(37, 300)
     with kd.backend(backend):
         assert torch.equal(positive_mask(x), (x > 0).float())
+
+
+@kd.kernel
+def _aliased_accumulator(x: torch.Tensor):
+    m, n = x.shape
+    out = torch.empty([m, 1], dtype=torch.float32)
+    for tm in kd.tile(m):
+        a = kd.full([tm, 1], 1.0, dtype=torch.float32)
+        b = a  # two names, one value; only `b` changes in the loop
+        for tk in kd.tile(n, block_size=8):  # several iterations
+            b = b + x[tm, tk].sum(-1, keepdim=True) * a
+        out[tm, :] = b + a
+    return out
+
+
+@pytest.mark.parametrize("backend", ["pallas", "triton", "nki"])
+def test_a_name_sharing_a_carried_value_keeps_its_own(backend: str) -> None:
+    """`b = a` before a loop that rebinds only `b`: reads of `a` in the body stay `a`."""
+    x = torch.randn(6, 37)
+    with kd.backend(backend):
+        got = _aliased_accumulator(x)
+    torch.testing.assert_close(got, 2 + x.sum(-1, keepdim=True), rtol=1e-5, atol=1e-5)

@@ -30,7 +30,10 @@ def _visible(qpos: torch.Tensor, skv: int, rows: int, causal: bool, offset: int)
 
 
 def ref_flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos: torch.Tensor,
-                  scale: float, causal: bool, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  scale: float, causal: bool, offset: int, seq_q: int = 0,
+                  skip: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """`skip` (causal block skipping) changes which blocks run, not the result; fuzzed qpos is
+    arbitrary, so the fuzz keeps it off (tests/test_causal_skipping.py covers it)."""
     s = (q @ k.transpose(-2, -1)) * scale
     vis = _visible(qpos, k.shape[1], q.shape[1], causal, offset)
     s = s.masked_fill(~vis, float("-inf"))
@@ -49,7 +52,8 @@ def _p(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, qpos: torch.Tensor, 
 
 def ref_flash_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                       lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor, scale: float,
-                      causal: bool, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+                      causal: bool, offset: int, seq_q: int = 0,
+                      skip: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The backward's formulas for any given lse/delta (the forward's in real use)."""
     p = _p(q, k, lse, qpos, scale, causal, offset)
     dv = p.to(do.dtype).transpose(-2, -1) @ do
@@ -60,7 +64,7 @@ def ref_flash_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: tor
 
 def ref_flash_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                      lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor, scale: float,
-                     causal: bool, offset: int) -> torch.Tensor:
+                     causal: bool, offset: int, seq_q: int = 0, skip: bool = False) -> torch.Tensor:
     p = _p(q, k, lse, qpos, scale, causal, offset)
     ds = p * ((do @ v.transpose(-2, -1)).to(p.dtype) - delta)
     return ((ds.to(k.dtype) @ k) * scale).to(q.dtype)

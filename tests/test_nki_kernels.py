@@ -23,6 +23,7 @@ import kernel_dsl as kd
 from kernel_dsl import lowering
 from kernel_dsl.lowering.nki.interp import TransposeExactnessWarning
 from kernel_dsl.lowering.nki.runner import compile_for_torch, real_nki
+from kernel_dsl.runtime_scalars import kernel_inputs
 
 ENGINES = ["interp"] + (["nki"] if real_nki() is not None else [])
 NKI = lowering.get("nki")
@@ -38,7 +39,7 @@ def run(kernel: kd.Kernel, args: tuple[Any, ...], cfg: kd.Config | None = None,
     ir = kernel.ir(*args)
     config = cfg if cfg is not None else NKI.default_config(ir, target)
     fn = compile_for_torch(NKI.render(ir, config, target), ir, engine)
-    (out,) = fn(*[a for a in args if isinstance(a, torch.Tensor)])
+    (out,) = fn(*kernel_inputs(args))  # tensors, and a float as its hidden [1, 1] input
     return out
 
 

@@ -102,6 +102,8 @@ def _py_binary(kind: str, a: str, b: str, dtype: str) -> str | None:
         return f"({a} / {b})"
     if kind in ("max", "min"):
         return f"{kind}({a}, {b})"
+    if kind in ("floordiv", "mod") and dtype not in FLOAT_DTYPES:  # Python's floor, as torch's
+        return f"({a} {'//' if kind == 'floordiv' else '%'} {b})"
     if kind in PY_CMP:
         return f"({a} {PY_CMP[kind]} {b})"
     return None
@@ -183,6 +185,9 @@ class _Analyzer:
             if isinstance(x, (Scalar, Splat)):
                 return type(x)(f"(not {x.expr})", r.dtype)
             return None
+        if k == "where" and all(isinstance(x, Scalar) for x in ins):  # a scalar select
+            c, x, y = (v.expr for v in ins)  # type: ignore[union-attr]
+            return Scalar(f"({x} if {c} else {y})", r.dtype)
         if len(ins) == 2 and all(isinstance(x, (Scalar, Splat)) for x in ins):
             e = _py_binary(k, ins[0].expr, ins[1].expr, r.dtype)  # type: ignore[union-attr]
             if e is None:

@@ -160,13 +160,20 @@ def _max_id(region: Region) -> int:
     return n
 
 
+def _position_scalar(op: Op) -> bool:
+    """`tile.begin // 128`: a Python int when the kernel is traced (affine.py), no tile op."""
+    from kernel_dsl.tile_bounds import value_range
+
+    return op.kind in ("floordiv", "mod") and value_range(op.result) is not None
+
+
 def _rewrite(region: Region, ids: Any) -> None:
     ops: list[Op] = []
     for op in region.ops:
         if op.body is not None:
             _rewrite(op.body, ids)
         rule = RULES.get(op.kind)
-        if rule is None:
+        if rule is None or _position_scalar(op):
             ops.append(op)
             continue
         b = _Builder(region, ids, op.loc)

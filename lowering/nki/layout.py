@@ -30,7 +30,7 @@ ELEMENTWISE = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xo
                "floordiv", "mod", "lt", "le", "gt", "ge", "eq", "ne", "where")
 SAME_LAYOUT = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not",
                "relu", "sin", "cos", "erf", "floor", "ceil", "round", "log1p", "expm1", "cast",
-               "pad_fill")
+               "pad_fill", "bitcast")
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,21 @@ def carry(src: Core, so: str, dst: Core, axis_map: dict[int, int]) -> str | None
     if mapped is not None and mapped in dst.axes:
         return "N" if dst.axes[0] == mapped else "T"
     return "N"
+
+
+def holds(src: Core, so: str, dst: Core, ro: str, axis_map: dict[int, int]) -> bool:
+    """Whether `src`'s physical tile in `so` is already `dst`'s in `ro`: the same physical shape,
+    and each physical axis longer than 1 holds the same IR dim. `carry` picks one orientation;
+    this accepts every one that works, e.g. both for a (1, 1) tile (a size-1 `x[tb][:, None]`)."""
+    if src.phys(so) != dst.phys(ro):
+        return False
+    for p in (0, 1):
+        if src.phys(so)[p] > 1:
+            sa = src.axes[p if so == "N" else 1 - p]
+            da = dst.axes[p if ro == "N" else 1 - p]
+            if sa is None or axis_map.get(sa) != da:
+                return False
+    return True
 
 
 def reduced(src: Core, so: str, dst: Core, amap: dict[int, int]) -> str:

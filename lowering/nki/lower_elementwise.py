@@ -26,8 +26,8 @@ from kernel_dsl.errors import UnsupportedOpError
 from kernel_dsl.ir import Op, Value
 
 from .affine import PY_CMP, SWAP
-from .layout import Core, axis_map, carry
-from .names import FP32_MAX, SHORT, inf_sign
+from .layout import Core, axis_map, carry, holds
+from .names import FP32_MAX, NL_DTYPE, SHORT, inf_sign
 from .writer import CMP, Operand, Tile, Writer, at
 
 ALU = {"add": "nl.add", "sub": "nl.subtract", "mul": "nl.multiply", "max": "nl.maximum",
@@ -243,6 +243,17 @@ def cast(w: Writer, op: Op) -> None:
     w.define(r, res)
 
 
+def bitcast(w: Writer, op: Op) -> None:
+    """Same-width bit view: an NKI tensor view (`t.view(nl.int32)`, the SDK's
+    NkiTensor.view), no data moves and no engine converts the bits."""
+    r, x = op.result, op.operands[0]
+    ro = w.orient[r.id]
+    src = w.get(x, ro)
+    name = w.value_name(r)
+    w.line(f"{name} = {src.name}.view({NL_DTYPE[r.dtype]})")
+    w.define(r, Tile(name, src.phys, r.dtype, src.dims, src.version))
+
+
 def layout_only(w: Writer, op: Op) -> None:
     """expand_dims and transpose change no data: the result names the operand's tile (in the
     operand's orientation that has the same physical layout)."""
@@ -251,7 +262,7 @@ def layout_only(w: Writer, op: Op) -> None:
     xc, rc, m = w.core(x), w.core(r), axis_map(op)
     mine = w.orient.get(x.id, "N")
     for so in (mine, "T" if mine == "N" else "N"):
-        if carry(xc, so, rc, m) == ro:
+        if carry(xc, so, rc, m) == ro or holds(xc, so, rc, ro, m):
             w.alias(r, x, ro, so)
             return
     raise AssertionError(f"no layout of %{x.id} holds %{r.id}")
@@ -277,6 +288,7 @@ RULES = {
                            "shl", "shr", "lt", "le", "gt", "ge", "eq", "ne")},
     **{k: unary for k in ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs",
                           "not", "relu", "sin", "cos", "erf")},
-    "cast": cast, "expand_dims": layout_only, "transpose": layout_only, "broadcast": broadcast,
+    "cast": cast, "bitcast": bitcast, "expand_dims": layout_only, "transpose": layout_only,
+    "broadcast": broadcast,
 }
 

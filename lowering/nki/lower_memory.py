@@ -27,6 +27,9 @@ def hbm_view(w: Writer, p: TensorParam, index: tuple[Index, ...],
             parts.append(override[axis])
         elif ix.kind == "int":
             parts.append(str(ix.value))
+        elif ix.kind == "dyn":  # a device scalar: a Python int when the kernel is traced
+            assert ix.scalar is not None
+            parts.append(w.bound(ix.scalar, None))
         elif ix.kind == "full":
             parts.append(":")
         else:

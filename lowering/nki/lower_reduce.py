@@ -77,10 +77,12 @@ def pad_fill(w: Writer, op: Op) -> None:
             on_part = pos == xc.part_pos(ro)
             pattern, cm = (f"[[0, {f}]]", -1) if on_part else (f"[[-1, {f}]]", 0)
             value = finite(lit(fill))
+            end = w.end(t)  # the last in-range index: a literal unless the end is a value
+            last = str(int(end) - 1) if end.isdigit() else f"{end} - 1"
             w.line(f"nisa.affine_select(dst={res.name}, pattern={pattern}, channel_multiplier={cm}, "
                    f"on_true_tile={src.name}, on_false_value={value}, cmp_op=nl.greater_equal, "
-                   f"offset={t.extent - 1} - {w.begin(t)})",
-                   comment=f"lanes of {t!r} past {t.extent} -> {value}")
+                   f"offset={last} - {w.begin(t)})",
+                   comment=f"lanes of {t!r} past {w.end(t)} -> {value}")
         w.converted[key] = res
     w.tiles[(r.id, ro)] = w.converted[key]
     w.slots[r.id] = w.em.slot()

@@ -22,6 +22,7 @@ import torch
 
 from kernel_dsl.bounded import Bounded
 from kernel_dsl.errors import BackendError
+from kernel_dsl.runtime_scalars import kernel_inputs
 from kernel_dsl.tracing import user_loc
 
 from .render import render
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 MODULE = "torch_neuronx"
 DEFAULT_TARGET = "trn2"
-_SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool}
+_SCALARS: dict[str, Any] = {"int": int, "float": float, "bool": bool, "int[]": list[int]}
 
 
 def torch_neuronx_available() -> bool:
@@ -86,8 +87,7 @@ def make_neuron_op(ops: KernelOps) -> Any:
             config = kernel.config if kernel.config is not None else default_config(ir, target)
             gen = render(ir, config, target)
             caller = callers[key] = wrap_nki(load_source(gen.source, gen.entry))[1]
-        tensors = [a.contiguous() for a in args if isinstance(a, torch.Tensor)]
-        out = caller(*tensors)
+        out = caller(*kernel_inputs(args, scalars=kernel.runtime_scalars))  # floats: [1, 1] f32
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     # nki_op infers the op's schema from this signature: it must give `ops.schema`

@@ -5,7 +5,7 @@ with probe blocks (render.write records every tile dim's role):
 - on partitions (SBUF/PSUM tiles, matmul K and M): <= 128;
 - a matmul's N (moving free, one 2 KiB PSUM bank of fp32): <= 512;
 - on the free axis only: up to 2048;
-- nowhere (a leading dim that layout drops): 1.
+- nowhere, or a leading dim of any value (the layout drops those): 1.
 Then candidates shrink until the largest combination's SBUF estimate fits the target's SBUF
 bytes per partition, so every combination in the space renders and fits.
 """
@@ -42,9 +42,21 @@ def _in_cores(ir: KernelIR) -> set[int]:
     return out
 
 
+def _leading(ir: KernelIR) -> set[int]:
+    """Block syms whose tiles are a leading dim (before the last two) of some value: the layout
+    needs their blocks to be 1, even where another value has the same tile in its core (a
+    batched softmax's [tb, tm, n] rows and their [tb, tm] statistics)."""
+    out: set[int] = set()
+    for op in ir.body.walk():
+        values = list(op.results) + (list(op.body.args) if op.body is not None else [])
+        for v in values:
+            out.update(d.block.index for d in v.shape[:-2] if isinstance(d, TileVar))
+    return out
+
+
 def roles(ir: KernelIR, target: str) -> dict[int, set[str]]:
     """Block-sym index -> roles of its tile dims ("part", "free", "moving")."""
-    core = _in_cores(ir)
+    core = _in_cores(ir) - _leading(ir)
     pick = {s.index: (s.choices[0] if s.choices else min(PMAX, _extent(ir, s)))
             if s.index in core else 1 for s in ir.free_syms}
     w, _ = write(ir, _probe_config(ir, pick), target)
@@ -92,7 +104,9 @@ def _fit(ir: KernelIR, target: str, cands: dict[int, list[int]]) -> dict[int, li
 
 def candidates(ir: KernelIR, target: str) -> dict[int, list[int]]:
     r = roles(ir, target)
-    cands = {s.index: _candidates(ir, s, r.get(s.index, set())) for s in ir.free_syms}
+    lead = _leading(ir)
+    cands = {s.index: _candidates(ir, s, set() if s.index in lead else r.get(s.index, set()))
+             for s in ir.free_syms}
     return _fit(ir, target, cands)
 
 

@@ -13,6 +13,7 @@ import keyword
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kernel_dsl import tile_bounds
 from kernel_dsl.config import effective_block, is_ragged, num_blocks
 from kernel_dsl.errors import ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
@@ -97,7 +98,23 @@ class Writer:
         return is_ragged(t, self.blocks)
 
     def begin(self, t: TileVar) -> str:
-        return index(t) if self.eb(t) == 1 else begin(t)
+        return index(t) if self.eb(t) == 1 and not t.bounded else begin(t)
+
+    def bound(self, b: int | Value, t: TileVar | None) -> str:
+        """A `kd.tile(begin, end)` bound or a scalar index (`t` None): a Python int expression
+        (loops unroll at trace time)."""
+        if isinstance(b, int):
+            return str(b)
+        x = self.virt.get(b.id)
+        if not isinstance(x, Scalar):
+            what = f"bound loop {t!r}" if t is not None else "index a tensor"
+            raise ConfigError(f"the NKI lowering cannot {what} by a value loaded from memory",
+                              t.loc if t is not None else b.op.loc if b.op else None,
+                              "use ints, kd.grid indices or tiles' begin/end; or another backend")
+        return x.expr
+
+    def end(self, t: TileVar) -> str:
+        return str(t.extent) if t.hi is None else self.bound(t.hi, t)
 
     def count(self, t: TileVar) -> str:
         return count(t) if self.ragged(t) else str(self.eb(t))
@@ -380,10 +397,13 @@ class Writer:
     def tile_header(self, t: TileVar) -> None:
         """Per-block Python names: the first index and, for ragged tiles, the in-range count."""
         eb = self.eb(t)
-        if eb > 1:
+        if t.bounded:  # kd.tile(begin, end): blocks start at begin
+            lo = "" if t.lo == 0 else f"{self.bound(t.lo, t)} + "
+            self.em.line(f"{begin(t)} = {lo}{index(t)} * {eb}")
+        elif eb > 1:
             self.em.line(f"{begin(t)} = {index(t)} * {eb}")
         if self.ragged(t):
-            self.em.line(f"{count(t)} = min({eb}, {t.extent} - {begin(t)})",
+            self.em.line(f"{count(t)} = min({eb}, {self.end(t)} - {self.begin(t)})",
                          comment=f"the last block of {t!r} is ragged")
 
     def loop(self, op: Op) -> None:
@@ -407,7 +427,9 @@ class Writer:
                                            next(self.versions))
             names.append(name)
         self.loc = op.loc
-        self.em.open(f"for {index(t)} in range({self.nb(t)}):", op.loc,
+        trips = (tile_bounds.trip_count(t, self.bound(t.lo, t), self.end(t), self.eb(t))
+                 if t.dynamic else self.nb(t))  # a Python int when the kernel is traced
+        self.em.open(f"for {index(t)} in range({trips}):", op.loc,
                      f"loop over {t!r}: {t.extent} in blocks of {self.eb(t)}")
         self.tile_header(t)
         for arg in body.args:

@@ -7,6 +7,7 @@ import torch
 
 from kernel_dsl.config import Config
 from kernel_dsl.dtypes import TORCH_TO_IR
+from kernel_dsl.runtime_scalars import HIDDEN_SHAPE, is_runtime
 
 from .runner import jax, jax_function  # JAX comes through .runner, kept off libtpu without a TPU
 
@@ -47,5 +48,8 @@ class JaxKernel:
                                         target=self.target)
             fn = jax_function(gen, self.interpret)
             self._fns[key] = fn
-        outs = fn(*[a for a in arrays if hasattr(a, "shape")])
+        # a float argument is a runtime scalar: one more [1, 1] f32 input (runtime_scalars.py)
+        outs = fn(*[a if hasattr(a, "shape") else jax.numpy.full(HIDDEN_SHAPE, a, jax.numpy.float32)
+                    for a in arrays if hasattr(a, "shape") or (
+                        self.kernel.runtime_scalars and is_runtime(a))])
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernel_dsl.config import block_values, effective_block, num_blocks
-from kernel_dsl.ir import Index, KernelIR, Op, TensorParam, TileVar
+from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, TileVar
+from kernel_dsl.tile_bounds import end_max
+
+from .bounds import can_phase
 
 
 @dataclass
@@ -23,6 +26,8 @@ class AxisPlan:
     block: int  # block extent along this axis
     tile: TileVar | None = None  # for "grid"
     loops: list[TileVar] = field(default_factory=list)  # for "loop"
+    squeezed: bool = False  # a "grid" axis indexed by a kd.grid index: block None, no ref dim
+    pick: int = 0  # a kd.grid index on the sublane dim: blocks of `pick` rows, row g % pick
 
 
 @dataclass
@@ -33,6 +38,9 @@ class LoopPhase:
     steps: int
 
 
+SMEM_MAX_ELEMS = 16384  # a scalar-read input this small goes whole to SMEM (64 KiB of 32-bit)
+
+
 @dataclass
 class Plan:
     blocks: dict[int, int]  # BlockSym.index -> block size
@@ -40,6 +48,7 @@ class Plan:
     phases: list[LoopPhase]  # empty unless loop_mode == "grid" and loops exist
     axes: dict[str, list[AxisPlan]]  # param name -> per-axis plan
     grid: tuple[int, ...]
+    smem: set[str] = field(default_factory=set)  # inputs read only as scalars: whole, in SMEM
 
     @property
     def loop_axis(self) -> bool:
@@ -59,8 +68,11 @@ class Plan:
         return next((p for p in self.phases if p.tile is t), None)
 
 
-def grid_mode_possible(ir: KernelIR) -> bool:
-    return any(op.kind == "loop" for op in ir.body.ops)
+def grid_mode_possible(ir: KernelIR, blocks: dict[int, int] | None = None) -> bool:
+    """Top-level loops become grid phases, each taking its most blocks of steps; a
+    `kd.tile(begin, end)` loop only if bounds.py can skip its extra steps."""
+    loops = [op for op in ir.body.ops if op.kind == "loop"]
+    return bool(loops) and all(can_phase(op.attrs["tile"], ir.grid, blocks) for op in loops)
 
 
 def _accesses(ir: KernelIR) -> dict[str, list[tuple[Index, ...]]]:
@@ -71,9 +83,28 @@ def _accesses(ir: KernelIR) -> dict[str, list[tuple[Index, ...]]]:
     return acc
 
 
+def _grid_index(ix: Index) -> TileVar | None:
+    """The grid tile whose index `ix` is (`kd.grid`: a block of one's begin), if it is one."""
+    op = ix.scalar.op if ix.kind == "dyn" and ix.scalar is not None else None
+    if op is None or op.kind != "tile_begin":
+        return None
+    t = op.attrs["tile"]
+    return t if t.kind == "grid" and t.block.pinned == 1 else None
+
+
 def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[int, int],
                phase_tiles: set[int]) -> AxisPlan:
     n = p.shape[axis]
+    grid_index = {_grid_index(ix) for ix in uses}
+    from_end = len(p.shape) - 1 - axis
+    if uses and len(grid_index) == 1 and None not in grid_index and from_end >= 1:
+        g = grid_index.pop()  # x[g, ...] with g a kd.grid index: the BlockSpec walks g
+        if from_end >= 2:  # a leading dim: squeezed away
+            return AxisPlan("grid", 1, tile=g, squeezed=True)
+        # the sublane dim: TPU blocks hold whole sublane tiles (8 rows of 32 bits), so fetch
+        # the tile holding row g and index row g % rows in it
+        rows = min(n, 8 * 32 // DTYPE_BITS[p.dtype])
+        return AxisPlan("grid", rows, tile=g, pick=rows)
     tiles = [ix.tile for ix in uses if ix.kind == "tile"]
     if uses and len(tiles) == len(uses):
         first = tiles[0]
@@ -87,6 +118,12 @@ def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[i
     padded = n
     for t in tiles:  # a resident axis is padded so the last ragged block's slice stays in bounds
         padded = max(padded, num_blocks(t, plan_blocks) * effective_block(t, plan_blocks))
+        if t.bounded:  # kd.tile(begin, end): a block starts at lo + i * eb, below the end
+            eb = effective_block(t, plan_blocks)
+            last = end_max(t) - 1
+            if isinstance(t.lo, int):
+                last = t.lo + (last - t.lo) // eb * eb
+            padded = max(padded, -(-(last + eb) // eb) * eb)  # whole blocks: the block rule
     return AxisPlan("resident", padded)
 
 
@@ -111,7 +148,22 @@ def make_plan(ir: KernelIR, config_blocks: dict[int, int], loop_mode: str) -> Pl
     grid = tuple(num_blocks(t, config_blocks) for t in ir.grid)
     if phases:
         grid += (sum(ph.steps for ph in phases),)
-    return Plan(config_blocks, list(ir.grid), phases, axes, grid)
+    smem = {p.name for p in ir.inputs if _scalar_reads_only(p, acc[p.name])}
+    for name in smem:
+        p = next(q for q in ir.params if q.name == name)
+        axes[name] = [AxisPlan("resident", n) for n in p.shape]
+    return Plan(config_blocks, list(ir.grid), phases, axes, grid, smem)
+
+
+def _scalar_reads_only(p: TensorParam, uses: list[tuple[Index, ...]]) -> bool:
+    """Every load of `p` is one element at device-scalar indices (`offsets[g]`, `ids[t]`): a
+    vector register cannot become an index on TPU, an SMEM scalar can."""
+    n = 1
+    for d in p.shape:
+        n *= d
+    return (bool(uses) and n <= SMEM_MAX_ELEMS and DTYPE_BITS[p.dtype] == 32
+            and all(ix.kind in ("int", "dyn") for index in uses for ix in index)
+            and any(ix.kind == "dyn" for index in uses for ix in index))
 
 
 def plan_for(ir: KernelIR, config: object) -> Plan:
@@ -119,6 +171,7 @@ def plan_for(ir: KernelIR, config: object) -> Plan:
 
     assert isinstance(config, Config)
     mode = config.knobs.get("loop_mode", "grid")
-    if mode == "grid" and not grid_mode_possible(ir):
+    blocks = block_values(ir, config)
+    if mode == "grid" and not grid_mode_possible(ir, blocks):
         mode = "inner"
-    return make_plan(ir, block_values(ir, config), mode)
+    return make_plan(ir, blocks, mode)

@@ -1,20 +1,17 @@
 """Renders the tile IR as readable, standalone Pallas source (plan.py decides the layout)."""
 from __future__ import annotations
 
-import math
-from typing import Any
-
 from kernel_dsl.config import Config, is_ragged
 from kernel_dsl.errors import BackendError, ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
 
 from .. import Generated
-from .plan import AxisPlan, LoopPhase, Plan, plan_for
+from . import bounds
+from .call import Scratch, pallas_call
+from .plan import LoopPhase, Plan, plan_for
+from .syntax import JNP, lit, tup
 from .targets import tpu_target
 
-JNP = {"f32": "jnp.float32", "bf16": "jnp.bfloat16", "f16": "jnp.float16", "i32": "jnp.int32",
-       "i16": "jnp.int16", "i8": "jnp.int8", "u8": "jnp.uint8", "bool": "jnp.bool_",
-       "f8e4m3fn": "jnp.float8_e4m3fn", "f8e5m2": "jnp.float8_e5m2"}
 UNARY = {"exp": "jnp.exp({})", "exp2": "jnp.exp2({})", "log": "jnp.log({})",
          "sqrt": "jnp.sqrt({})", "rsqrt": "jax.lax.rsqrt({})", "tanh": "jnp.tanh({})",
          "sigmoid": "jax.nn.sigmoid({})", "abs": "jnp.abs({})", "neg": "-{}",
@@ -60,21 +57,6 @@ FLOATS = ("f32", "bf16", "f16")
 # min/max" TODO), so CPU renderings restore it explicitly.
 NAN_FIXUP = "# max/min reductions restore NaN explicitly: XLA:CPU's reduce drops it (torch keeps it)"
 LOOP_MODES = ("grid", "inner")
-
-
-def lit(x: Any) -> str:
-    if isinstance(x, float):
-        if math.isinf(x):
-            return "-jnp.inf" if x < 0 else "jnp.inf"
-        if math.isnan(x):
-            return "jnp.nan"
-    return repr(x)
-
-
-def tup(items: Any) -> str:
-    """A Python tuple literal: (), (a,), (a, b)."""
-    xs = [str(x) for x in items]
-    return f"({xs[0]},)" if len(xs) == 1 else f"({', '.join(xs)})"
 
 
 class _Emitter:
@@ -131,7 +113,31 @@ class _KernelWriter:
         return tup(self.plan.eb(d) if isinstance(d, TileVar) else d for d in dims)
 
     def begin(self, t: TileVar) -> str:
-        return f"{self.tile_index[t.id]} * {self.plan.eb(t)}"
+        lo = f"{self.bound(t.lo)} + " if t.bounded and t.lo != 0 else ""
+        return f"{lo}{self.tile_index[t.id]} * {self.plan.eb(t)}"
+
+    def bound(self, b: int | Value) -> str:
+        """A `kd.tile(begin, end)` bound: a literal, or the name of its scalar value."""
+        return str(b) if isinstance(b, int) else self.n(b)
+
+    def end(self, t: TileVar) -> str:
+        return str(t.extent) if t.hi is None else self.bound(t.hi)
+
+    def lanes_in_range(self, t: TileVar, shape: tuple[Dim, ...], axis: int) -> str:
+        iota = f"jax.lax.broadcasted_iota(jnp.int32, {self.shape(shape)}, {axis})"
+        return f"{iota} + {self.begin(t)} < {self.end(t)}"
+
+    def store(self, op: Op, x: str) -> None:
+        """A block store; lanes of a ragged `kd.tile(begin, end)` block past its end keep what
+        the tensor holds there (other tiles' lanes past the axis land in padding)."""
+        ref = self.ref_index(op)
+        v = op.operands[0]
+        dims = [ix for ix in op.attrs["index"] if ix.kind not in ("int", "dyn")]
+        conds = [self.lanes_in_range(ix.tile, v.shape, axis) for axis, ix in enumerate(dims)
+                 if ix.kind == "tile" and ix.tile.bounded and is_ragged(ix.tile, self.plan.blocks)]
+        if conds and v.rank == len(dims):
+            x = f"jnp.where({' & '.join(f'({c})' for c in conds)}, {x}, {ref})"
+        self.em.line(f"{ref} = {x}", op)
 
     def bind(self, v: Value, expr: str, op: Op) -> None:
         self.value_shapes.add((tuple(self.plan.eb(d) if isinstance(d, TileVar) else d
@@ -144,12 +150,20 @@ class _KernelWriter:
         p = op.attrs["tensor"]
         parts = []
         for ix, ax, n in zip(op.attrs["index"], self.plan.axes[p.name], p.shape):
-            if ax.kind in ("grid", "loop"):
+            if ax.squeezed:  # the BlockSpec picked the element: the ref has no such dim
+                continue
+            if ax.pick:  # the block of sublanes holding row g
+                assert ix.scalar is not None
+                parts.append(f"jax.lax.rem({self.n(ix.scalar)}, {ax.pick})")  # g >= 0: no sign
+            elif ax.kind in ("grid", "loop"):
                 parts.append(":")
             elif ix.kind == "tile":
                 parts.append(f"pl.ds({self.begin(ix.tile)}, {self.plan.eb(ix.tile)})")
             elif ix.kind == "full":
                 parts.append(":" if ax.block == n else f":{n}")
+            elif ix.kind == "dyn":  # one element at a device scalar (a kd.grid index, ...)
+                assert ix.scalar is not None
+                parts.append(self.n(ix.scalar))
             else:
                 parts.append(str(ix.value))
         if all(s == ":" for s in parts):
@@ -163,7 +177,7 @@ class _KernelWriter:
         if k == "loop":
             return self.inner_loop(op)
         if k == "store":
-            return self.em.line(f"{self.ref_index(op)} = {ins[0]}", op)
+            return self.store(op, ins[0])
         r = op.result
         if k == "load":
             expr = self.ref_index(op)
@@ -184,7 +198,7 @@ class _KernelWriter:
             expr = f"jnp.int32({self.plan.eb(a['tile'])})"
         elif k == "tile_count":
             t = a["tile"]
-            expr = f"jnp.minimum({self.plan.eb(t)}, {t.extent} - {self.begin(t)})"
+            expr = f"jnp.minimum({self.plan.eb(t)}, {self.end(t)} - {self.begin(t)})"
         elif k == "expm1":
             expr = self.expm1(op, ins[0])
         elif k in UNARY or k in BINARY:
@@ -196,6 +210,8 @@ class _KernelWriter:
             expr = f"jnp.clip({ins[0]}, -448, 448).astype(jnp.float8_e4m3fn)"
         elif k == "cast":
             expr = f"{ins[0]}.astype({JNP[a['dtype']]})"
+        elif k == "bitcast":  # same width: the bits read as another dtype
+            expr = f"jax.lax.bitcast_convert_type({ins[0]}, {JNP[a['dtype']]})"
         elif k == "reduce":
             keep = ", keepdims=True" if a["keepdim"] else ""
             expr = f"{REDUCE[a['op']]}({ins[0]}, axis={a['axis']}{keep})"
@@ -214,10 +230,8 @@ class _KernelWriter:
             if not is_ragged(t, self.plan.blocks):
                 self.names[r.id] = ins[0]
                 return
-            src = op.operands[0]
-            iota = f"jax.lax.broadcasted_iota(jnp.int32, {self.shape(src.shape)}, {a['axis']})"
-            expr = (f"jnp.where({iota} + {self.begin(t)} < {t.extent}, {ins[0]}, "
-                    f"{JNP[r.dtype]}({lit(a['fill'])}))")
+            expr = (f"jnp.where({self.lanes_in_range(t, op.operands[0].shape, a['axis'])}, "
+                    f"{ins[0]}, {JNP[r.dtype]}({lit(a['fill'])}))")
         else:  # the verifier knows every op; reaching here is a renderer gap
             raise BackendError(f"the pallas renderer has no rule for IR op `{k}`", op.loc,
                                "this is a kernel_dsl bug; please report it with the kernel")
@@ -227,7 +241,9 @@ class _KernelWriter:
         k, r = op.kind, op.result
         narrow = [v.dtype in NARROW_INT for v in op.operands]
         ins = [f"{x}.astype(jnp.int32)" if n else x for x, n in zip(ins, narrow)]
-        if k in BITWISE and r.dtype != "bool":
+        if k in ("floordiv", "mod") and r.rank == 0:  # scalars: no `sign` (bounds.py)
+            expr = (bounds.floordiv if k == "floordiv" else bounds.mod)(*ins)
+        elif k in BITWISE and r.dtype != "bool":
             expr = BITWISE[k].format(*ins)
         else:
             expr = (UNARY if k in UNARY else BINARY)[k].format(*ins)
@@ -296,13 +312,13 @@ class _KernelWriter:
         em.indent -= 1
         inits = "".join(self.n(v) + ", " for v in op.operands)
         res = [f"v{r.id}" for r in op.results]
-        call = f"jax.lax.fori_loop(0, {self.plan.nb(t)}, {fn}, ({inits}))"
+        eb = self.plan.eb(t)  # kd.tile(begin, end): known when it runs; lax.div as bounds.py
+        trips = (f"jax.lax.div({self.bound(t.hi)} - {self.bound(t.lo)} + {eb - 1}, {eb})"
+                 if t.dynamic else self.plan.nb(t))
+        call = f"jax.lax.fori_loop(0, {trips}, {fn}, ({inits}))"
         em.line(f"{', '.join(res)}, = {call}" if res else call)
         for r in op.results:
             self.names[r.id] = f"v{r.id}"
-
-
-Scratch = tuple[str, tuple[int, ...], str]  # (ref name, VMEM shape, IR dtype)
 
 
 def _scratch_shape(w: _KernelWriter, v: Value) -> tuple[tuple[int, ...], str, str]:
@@ -377,6 +393,11 @@ def _write_grid_phases(w: _KernelWriter, scratch: list[Scratch]) -> None:
         if not single:  # the only loop owns every step and needs no guard
             em.open(f"@pl.when((k >= {ph.offset}) & (k <= {last}))", f"def _loop_{t!r}():")
         em.line(f"{it} = k" + (f" - {ph.offset}" if ph.offset else ""))
+        before_visit = dict(w.names)
+        if t.dynamic:  # kd.tile(0, end): steps past this grid point's trip count do nothing
+            names = [f"i_{g!r}" for g in ir.grid]
+            em.line(f"n_{t!r} = {bounds.trips(t, ir.grid, plan.blocks, names)}")
+            em.open(f"@pl.when({it} < n_{t!r})", f"def _visit_{t!r}():")
         for arg in body.args:
             w.names[arg.id] = f"v{arg.id}"
             em.line(f"v{arg.id} = {saved[arg.id][1]}")
@@ -384,6 +405,9 @@ def _write_grid_phases(w: _KernelWriter, scratch: list[Scratch]) -> None:
         w.ops(body.ops)
         for arg, y in zip(body.args, body.yields):
             spill(arg, saved[arg.id][0], w.n(y))
+        if t.dynamic:
+            em.indent -= 1
+            w.names = before_visit  # what the skipped body defined is not defined after it
         for arg, r in zip(body.args, ph.op.results):
             saved[r.id] = saved[arg.id]
             w.names.pop(r.id, None)
@@ -423,26 +447,6 @@ def _init_outputs(w: _KernelWriter) -> None:
                       f"{p.name}_ref.dtype)")
 
 
-def _index_map(plan: Plan, axes: list[AxisPlan], nargs: int) -> str:
-    params = [f"i{n}" for n in range(len(plan.grid_tiles))] + (["k"] if plan.loop_axis else [])
-    parts = []
-    for ax in axes:
-        if ax.kind == "grid":
-            parts.append(f"i{plan.grid_tiles.index(ax.tile)}")  # type: ignore[arg-type]
-        elif ax.kind == "loop":
-            expr = ""
-            for t in ax.loops:
-                ph = plan.phase_of(t)
-                assert ph is not None
-                here = f"jnp.clip(k - {ph.offset}, 0, {ph.steps - 1})" if ph.offset or \
-                    ph.steps != plan.loop_steps else "k"
-                expr = here if not expr else f"jnp.where(k >= {ph.offset}, {here}, {expr})"
-            parts.append(expr)
-        else:
-            parts.append("0")
-    return f"lambda {', '.join(params)}: {tup(parts)}"
-
-
 def _no_fp8_dots(ir: KernelIR, target: str) -> None:
     for op in ir.body.walk():
         if op.kind == "dot" and op.operands[0].dtype in ("f8e4m3fn", "f8e5m2"):
@@ -450,6 +454,16 @@ def _no_fp8_dots(ir: KernelIR, target: str) -> None:
                                "compiler rejects float8 matmul operands", op.loc,
                                "cast the operands to bfloat16 for this target, or target "
                                "tpu-v5e or newer")
+
+
+def _no_f16_bit_views(ir: KernelIR, target: str) -> None:
+    # libtpu 0.0.52 rejects every bitcast from or to float16 ("Invalid vector register cast",
+    # all five generations); bfloat16, int and float8 views compile
+    for op in ir.body.walk():
+        if op.kind == "bitcast" and "f16" in (op.operands[0].dtype, op.result.dtype):
+            raise BackendError(f"{target} cannot view float16 bits: its compiler rejects "
+                               "float16 bitcasts", op.loc, "view bfloat16 instead, or widen "
+                               "first: `x.float().view(torch.int32)`")
 
 
 def render(ir: KernelIR, config: Config, target: str) -> Generated:
@@ -466,6 +480,8 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
     tgt = tpu_target(target)
     if tgt is not None and not tgt.fp8_dot:
         _no_fp8_dots(ir, tgt.name)
+    if tgt is not None:
+        _no_f16_bit_views(ir, tgt.name)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     scratch: list[Scratch] = []
     ins, outs = ir.inputs, ir.outputs
@@ -499,53 +515,11 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         f"def {ir.name}_kernel({', '.join(refs + [name for name, _, _ in scratch])}):",
     ]
     line_map = {len(src) + i + 1: loc_ for i, loc_ in body.locs.items()}  # 1-based lines
-    src += [*body.lines, "", "", *_pallas_call(ir, plan, scratch, vmem_limit=tgt is not None)]
+    src += [*body.lines, "", "", *pallas_call(ir, plan, scratch, vmem_limit=tgt is not None)]
     return Generated("pallas", target, config, "\n".join(src), ir.name,
                      {"grid": plan.grid, "loop_mode": mode if plan.loop_axis else "inner",
                       "line_map": line_map,
                       "blocks": [(tuple(a.block for a in plan.axes[p.name]), p.dtype)
-                                 for p in ir.params],
+                                 for p in ir.params if p.name not in plan.smem],
                       "scratch": [(shape, dt) for _, shape, dt in scratch],
                       "values": sorted(w.value_shapes)})
-
-
-def _pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
-                 vmem_limit: bool) -> list[str]:
-    """The host-side wrapper: grid, BlockSpecs, scratch and compiler parameters."""
-    ins, outs = ir.inputs, ir.outputs
-    sem = ["parallel"] * len(ir.grid) + (["arbitrary"] if plan.loop_axis else [])
-    nargs = len(plan.grid)
-
-    def spec(p: Any) -> str:
-        axes = plan.axes[p.name]
-        return f"pl.BlockSpec({tup(a.block for a in axes)}, {_index_map(plan, axes, nargs)})"
-
-    params = f"dimension_semantics={tuple(sem)!r}"
-    if vmem_limit:
-        params += ", vmem_limit_bytes=VMEM_LIMIT_BYTES"
-    args = ", ".join(p.name for p in ins)
-    order = [outs.index(p) for p in ir.returns]  # pallas_call gives allocation order
-    in_order = order == list(range(len(outs)))
-    return [
-        f"def {ir.name}({args}{', ' if args else ''}*, interpret=False):",
-        "    return pl.pallas_call(" if in_order else "    outs = pl.pallas_call(",
-        f"        {ir.name}_kernel,",
-        f"        grid={tup(plan.grid)},",
-        "        in_specs=[",
-        *[f"            {spec(p)},  # {p.name}" for p in ins],
-        "        ],",
-        "        out_specs=[",
-        *[f"            {spec(p)},  # {p.name}" for p in outs],
-        "        ],",
-        "        out_shape=[",
-        *[f"            jax.ShapeDtypeStruct({tuple(p.shape)}, {JNP[p.dtype]})," for p in outs],
-        "        ],",
-        "        scratch_shapes=[",
-        *[f"            pltpu.VMEM({tup(shape)}, {JNP[dt]}),  # {name}" for name, shape, dt in scratch],
-        "        ],",
-        f"        compiler_params=pltpu.CompilerParams({params}),",
-        "        interpret=interpret,",
-        f"    )({args})",
-        *([] if in_order else [f"    return {tup(f'outs[{i}]' for i in order)}"]),
-        "",
-    ]

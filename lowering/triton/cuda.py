@@ -20,6 +20,7 @@ import torch
 
 from kernel_dsl import dtypes
 from kernel_dsl.bounded import Bounded
+from kernel_dsl.runtime_scalars import kernel_inputs
 
 from .. import Generated
 from .runner import interpreting, kernel_function
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from kernel_dsl.torch_ops import KernelOps
 
 TARGET = "cuda"
-_SCALARS: dict[str, type] = {"int": int, "float": float, "bool": bool}
+_SCALARS: dict[str, Any] = {"int": int, "float": float, "bool": bool, "int[]": list[int]}
 
 
 def _concrete(a: Any) -> Any:
@@ -60,7 +61,7 @@ class CudaLauncher:
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         gen, fn = self.entry(args)
         meta = gen.meta
-        tensors = [a.contiguous() for a in args if isinstance(a, torch.Tensor)]
+        tensors = kernel_inputs(args, scalars=self.kernel.runtime_scalars)  # floats: [1, 1] f32
         device = tensors[0].device
         outs = [torch.empty(shape, dtype=dtypes.IR_TO_TORCH[dt], device=device) if init is None
                 else torch.full(shape, init, dtype=dtypes.IR_TO_TORCH[dt], device=device)

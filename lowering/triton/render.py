@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from kernel_dsl import tile_bounds
 from kernel_dsl.config import Config, block_values, is_ragged
 from kernel_dsl.dtypes import IR_TO_TORCH
 from kernel_dsl.errors import BackendError, ConfigError
@@ -104,17 +105,27 @@ class _KernelWriter:
         """`offs_t` and `mask_t` for tile `t`, whose block index is the variable `index`."""
         eb, lanes = self.lay.eb(t), self.lay.lanes(t)
         start = "" if self.lay.nb(t) == 1 else f"{index} + " if eb == 1 else f"{index} * {eb} + "
+        if t.bounded and t.lo != 0:  # kd.tile(begin, end): blocks start at begin
+            start = f"{self.bound(t.lo)} + {start}"
         self.em.line(f"offs_{t!r} = {start}tl.arange(0, {lanes})")
         conds = []
-        if lanes > eb and self.lay.nb(t) > 1:  # lanes past the block belong to the next one
+        if lanes > eb and (self.lay.nb(t) > 1 or t.dynamic):  # lanes past the block: the next one's
             conds.append(f"(tl.arange(0, {lanes}) < {eb})")
         if is_ragged(t, self.lay.blocks) or (lanes > eb and self.lay.nb(t) == 1):
-            conds.append(f"(offs_{t!r} < {t.extent})")
+            conds.append(f"(offs_{t!r} < {self.end(t)})")
         if conds:
             self.em.line(f"mask_{t!r} = {' & '.join(conds)}")
 
     def begin(self, t: TileVar) -> str:
-        return f"i_{t!r} * {self.lay.eb(t)}"
+        lo = f"{self.bound(t.lo)} + " if t.bounded and t.lo != 0 else ""
+        return f"{lo}i_{t!r} * {self.lay.eb(t)}"
+
+    def bound(self, b: int | Value) -> str:
+        """A `kd.tile(begin, end)` bound: a literal, or the name of its scalar value."""
+        return str(b) if isinstance(b, int) else self.n(b)
+
+    def end(self, t: TileVar) -> str:
+        return str(t.extent) if t.hi is None else self.bound(t.hi)
 
     def bind(self, v: Value, expr: str, op: Op | None) -> None:
         name = f"v{v.id}"
@@ -124,7 +135,7 @@ class _KernelWriter:
     # -- memory ----------------------------------------------------------------------------------
     def address(self, p: TensorParam, index: tuple[Index, ...]) -> tuple[str, str | None]:
         """(pointer expression, mask expression or None) of `p[index]`."""
-        rank = sum(1 for ix in index if ix.kind != "int")
+        rank = sum(1 for ix in index if ix.kind not in ("int", "dyn"))
         wide = _numel(p.shape) > INT32_MAX  # offsets past 2**31 need int64 arithmetic
         terms: list[str] = []
         masks: list[str] = []
@@ -134,6 +145,11 @@ class _KernelWriter:
             stride = _numel(p.shape[axis + 1:])
             if ix.kind == "int":
                 const += ix.value * stride
+                continue
+            if ix.kind == "dyn":  # one element of the axis, at a device scalar
+                assert ix.scalar is not None
+                o = f"{self.n(ix.scalar)}.to(tl.int64)" if wide else self.n(ix.scalar)
+                terms.append(o if stride == 1 else f"{o} * {stride}")
                 continue
             d: Dim = ix.tile if ix.kind == "tile" else p.shape[axis]  # type: ignore[assignment]
             o = expand(self.offs(d), pos, rank)
@@ -188,11 +204,13 @@ class _KernelWriter:
             expr = f"tl.full([], {lay.eb(a['tile'])}, tl.int32)"
         elif k == "tile_count":
             t = a["tile"]
-            expr = f"tl.minimum(tl.cast({lay.eb(t)}, tl.int32), {t.extent} - {self.begin(t)})"
+            expr = f"tl.minimum(tl.cast({lay.eb(t)}, tl.int32), {self.end(t)} - {self.begin(t)})"
         elif k == "where":
             expr = f"tl.where({ins[0]}, {ins[1]}, {ins[2]})"
         elif k == "cast":
             expr = cast(ins[0], op.operands[0].dtype, a["dtype"], self.cpu, self.helpers)
+        elif k == "bitcast":  # same width: the bits read as another dtype
+            expr = f"{ins[0]}.to({TL[a['dtype']]}, bitcast=True)"
         elif k == "reduce":
             expr = self.reduce(op, ins[0])
         elif k == "dot":
@@ -318,7 +336,9 @@ class _KernelWriter:
             inits = ", ".join(self.n(v) for v in op.operands)
             em.line(f"{', '.join(args)} = {inits}  # carried: "
                     + ", ".join(x.hint or f"v{x.id}" for x in body.args), op)
-        em.line(f"for i_{t!r} in range({self.lay.nb(t)}):", op)
+        trips = (tile_bounds.trip_count(t, self.bound(t.lo), self.bound(t.hi), self.lay.eb(t))
+                 if t.dynamic else self.lay.nb(t))  # kd.tile(begin, end): known when it runs
+        em.line(f"for i_{t!r} in range({trips}):", op)
         em.indent += 1
         self.tile_header(t, f"i_{t!r}")
         for o in body.ops:

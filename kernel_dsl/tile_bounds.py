@@ -1,0 +1,236 @@
+"""`kd.tile(begin, end)`: checking a loop's bounds, and the static facts backends need of them.
+
+A bound is an int or a rank-0 integer device value built from enclosing tiles' `.begin`,
+`.end`, `.block_size` and `.id` with `+ - * // min max` (Helion's `hl.tile(tile_q.begin,
+tile_q.end)`, a causal `hl.tile(0, tile_q.end)`). Its static range gives the loop's most blocks
+(`TileVar.extent`) and its largest end (`TileVar.limit`), so block shapes, padding and the axis
+check stay static; the trip count itself, `cdiv(hi - lo, block)`, is computed where the kernel
+runs.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import KernelSyntaxError, SourceLoc
+from .ir import INT_DTYPES, TileVar, Value
+
+Range = tuple[int, int]
+
+
+def lo_min(t: TileVar) -> int:
+    if isinstance(t.lo, int):
+        return t.lo
+    r = value_range(t.lo)
+    return 0 if r is None else r[0]  # a loaded begin: at least 0 by the kernel's contract
+
+
+def end_max(t: TileVar) -> int:
+    """The largest index past the tile's last lane: the axis size, or the bound's maximum."""
+    return t.limit if t.limit is not None else t.extent
+
+
+def value_range(v: Value) -> Range | None:
+    """[min, max] of an integer scalar over every grid point and config; None if unknown."""
+    op = v.op
+    if op is None or v.rank != 0 or v.dtype not in INT_DTYPES:
+        return None
+    k, a = op.kind, op.attrs
+    if k == "const":
+        x = a["value"]
+        return (int(x), int(x)) if float(x).is_integer() else None
+    if k in ("tile_begin", "tile_size", "tile_id", "tile_count"):
+        t: TileVar = a["tile"]
+        if k == "tile_begin":
+            return lo_min(t), end_max(t) - 1
+        return (1, t.extent) if k != "tile_id" else (0, end_max(t) - 1)
+    if k == "where":  # either branch
+        rs = [value_range(x) for x in op.operands[1:]]
+        if any(r is None for r in rs):
+            return None
+        return min(r[0] for r in rs), max(r[1] for r in rs)  # type: ignore[index]
+    ins = [value_range(x) for x in op.operands]
+    if any(r is None for r in ins):
+        return None
+    if k == "cast":
+        return ins[0]
+    if k == "neg":
+        return -ins[0][1], -ins[0][0]  # type: ignore[index]
+    if len(ins) != 2:
+        return None
+    (a0, a1), (b0, b1) = ins  # type: ignore[misc]
+    if k == "add":
+        return a0 + b0, a1 + b1
+    if k == "sub":
+        return a0 - b1, a1 - b0
+    if k == "min":
+        return min(a0, b0), min(a1, b1)
+    if k == "max":
+        return max(a0, b0), max(a1, b1)
+    if k == "mul":
+        p = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+        return min(p), max(p)
+    if k == "floordiv" and b0 > 0:
+        return min(a0 // b0, a0 // b1), max(a1 // b0, a1 // b1)
+    if k == "mod" and b0 > 0:
+        return 0, b1 - 1
+    return None
+
+
+_PY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+       "min": min, "max": max, "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
+       "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+       "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+       "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+
+
+def evaluate(v: Value, index: dict[int, int], blocks: dict[int, int]) -> int | None:
+    """A bound's value at one grid point (`index`: TileVar.id -> block index); None when it
+    depends on something else (a loop's own index)."""
+    from .config import effective_block
+
+    op = v.op
+    if op is None:
+        return None
+    k, a = op.kind, op.attrs
+    if k == "const":
+        return int(a["value"])
+    if k in ("tile_begin", "tile_size", "tile_id", "tile_count"):
+        t: TileVar = a["tile"]
+        eb = effective_block(t, blocks)
+        i = index.get(t.id)
+        if k == "tile_size":
+            return eb
+        if i is None:
+            return None
+        lo = t.lo if isinstance(t.lo, int) else evaluate(t.lo, index, blocks)
+        if lo is None:
+            return None
+        begin = lo + i * eb
+        if k == "tile_begin":
+            return begin
+        if k == "tile_id":
+            return i
+        hi = t.extent if t.hi is None else t.hi if isinstance(t.hi, int) else evaluate(t.hi, index, blocks)
+        return None if hi is None else min(eb, hi - begin)
+    xs = [evaluate(x, index, blocks) for x in op.operands]
+    if any(x is None for x in xs):
+        return None
+    if k == "where":
+        return xs[1] if xs[0] else xs[2]
+    if k == "cast":
+        return int(xs[0])  # type: ignore[arg-type]
+    if k == "neg":
+        return -xs[0]  # type: ignore[operator]
+    if k in _PY and len(xs) == 2:
+        return int(_PY[k](*xs))
+    return None
+
+
+def trips(t: TileVar, index: dict[int, int], blocks: dict[int, int]) -> int | None:
+    """How many blocks loop `t` takes at one grid point."""
+    from .config import effective_block, num_blocks
+
+    if not t.dynamic:
+        return num_blocks(t, blocks)
+    lo = t.lo if isinstance(t.lo, int) else evaluate(t.lo, index, blocks)
+    hi = t.hi if isinstance(t.hi, int) else evaluate(t.hi, index, blocks)  # type: ignore[arg-type]
+    if lo is None or hi is None:
+        return None
+    eb = effective_block(t, blocks)
+    return max(0, -(-(hi - lo) // eb))
+
+
+def _tiles_read(t: TileVar) -> set[int]:
+    """Ids of the tiles whose positions `t`'s bounds read."""
+    out: set[int] = set()
+    todo = [b for b in (t.lo, t.hi) if isinstance(b, Value)]
+    while todo:
+        v = todo.pop()
+        if v.op is None:
+            continue
+        if "tile" in v.op.attrs:
+            out.add(v.op.attrs["tile"].id)
+        todo.extend(v.op.operands)
+    return out
+
+
+def mean_trips(t: TileVar, grid: list[TileVar], blocks: dict[int, int],
+               max_points: int = 4096) -> float:
+    """Loop `t`'s blocks averaged over the launch grid (the cost model's count of visited
+    blocks). Bounds that read a loop's own index count at their static most."""
+    from .config import num_blocks
+
+    if not t.dynamic:
+        return float(num_blocks(t, blocks))
+    used = _tiles_read(t)
+    grid = [g for g in grid if g.id in used]  # the others do not change the trip count
+    counts = [num_blocks(g, blocks) for g in grid]
+    total = points = 0
+    step = 1
+    n = 1
+    for c in counts:
+        n *= c
+    if n > max_points:  # a regular sample of a huge grid
+        step = -(-n // max_points)
+    for flat in range(0, n, step):
+        index, rest = {}, flat
+        for g, c in zip(reversed(grid), reversed(counts)):
+            index[g.id], rest = rest % c, rest // c
+        k = trips(t, index, blocks)
+        if k is None:
+            return float(num_blocks(t, blocks))
+        total += k
+        points += 1
+    return total / max(points, 1)
+
+
+def bound(x: Any, what: str, loc: SourceLoc | None) -> tuple[int | Value, Range | None]:
+    """An int, or a device value whose range is known; anything else is the user's error."""
+    from .device_ops import TileValue
+
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x, (x, x)
+    if isinstance(x, TileValue) and not x.v.shape and x.v.dtype in INT_DTYPES:
+        return x.v, value_range(x.v)  # None: read from memory (`offsets[b]`), range unknown
+    raise KernelSyntaxError(
+        f"`kd.tile` {what} {x!r} is not an int or an integer device scalar", loc,
+        "bound a loop with ints, sizes, an outer tile's `.begin`/`.end`/`.block_size`/`.id`, "
+        "or int32 scalars read from a tensor (`offsets[b]`), combined with + - * // and "
+        ".clamp(min=, max=)")
+
+
+def make_bounds(t: TileVar, lo: Any, hi: Any, loc: SourceLoc | None) -> None:
+    """Sets `t`'s bounds, and its static extent and limit from their ranges."""
+    lo_v, lo_r = bound(lo, "begin", loc)
+    hi_v, hi_r = bound(hi, "end", loc)
+    t.lo, t.hi = lo_v, hi_v
+    if lo_r is None or hi_r is None:  # bounds read from memory: the axes the tile indexes
+        t.limit = t.extent = 0  # bound them (check_axis); the data must stay inside them
+        return
+    if lo_r[0] < 0:
+        raise KernelSyntaxError(f"`kd.tile` begin {lo!r} can be negative ({lo_r[0]})", loc,
+                                "clamp it, e.g. `begin.clamp(min=0)`")
+    t.limit = hi_r[1]
+    t.extent = max(hi_r[1] - lo_r[0], 1)  # a loop that can never run still has one-lane blocks
+
+
+def from_memory(t: TileVar) -> bool:
+    """A bound is read from memory: its range is the data's, unknown when tracing."""
+    return any(value_range(b) is None for b in t.bound_values())
+
+
+def check_axis(t: TileVar, n: int, tensor: str, loc: SourceLoc | None) -> None:
+    """A bounded tile indexes an axis of `n` only if its end cannot pass `n`; one bounded by
+    values read from memory takes the largest axis it indexes as its reach."""
+    if from_memory(t):
+        t.extent = t.limit = max(t.extent, n)
+        return
+    if end_max(t) > n:
+        raise KernelSyntaxError(
+            f"tile `{t!r}` can reach index {end_max(t) - 1} but axis of `{tensor}` has {n}",
+            loc, f"bound the loop's end by the axis, e.g. `end.clamp(max={n})`")
+
+
+def trip_count(t: TileVar, lo: str, hi: str, eb: int) -> str:
+    """The trip count expression of a bounded loop, in a backend's own syntax for lo and hi."""
+    return f"({hi} - {lo} + {eb - 1}) // {eb}"
