@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from kernel_dsl import tile_bounds
 from kernel_dsl.config import Config
 from kernel_dsl.ir import BINARY_OPS, COMPARE_OPS, DTYPE_BITS, UNARY_OPS, KernelIR, Op, TileVar
+from kernel_dsl.lowering.pallas.gather import gather_entry, lane_form, packed_rows
 from kernel_dsl.lowering.pallas.plan import Plan, plan_for
 from kernel_dsl.lowering.pallas.targets import TpuTarget
 
@@ -143,6 +144,20 @@ def _elems(shape: tuple[object, ...], plan: Plan) -> int:
     return n
 
 
+def _gather_elems(op: Op, plan: Plan) -> float:
+    """VPU elements of a gather/scatter (lowering/pallas/gather.py), an uncalibrated
+    assumption: the lane loop moves one row per lane, each at least one vreg (1024 elements);
+    a 1-D tensor's one-hot select compares every lane with the padded row."""
+    v = op.results[0] if op.kind == "load" else op.operands[0]
+    axis, ix = gather_entry(op)  # type: ignore[misc]
+    d = ix.scalar.shape[0]  # type: ignore[union-attr]
+    lanes = plan.eb(d) if isinstance(d, TileVar) else int(d)
+    if lane_form(op):
+        return float(lanes * plan.axes[op.attrs["tensor"].name][0].block)
+    row = _elems(v.shape, plan) // max(lanes, 1)
+    return float(lanes * max(row * packed_rows(op.attrs["tensor"], axis), 1024))
+
+
 def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float, float, float]:
     """(useful FLOPs, MXU-padded bf16-pass FLOPs, EUP elements, VPU elements) of one run."""
     useful = padded = eup = vpu = 0.0
@@ -167,6 +182,8 @@ def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float,
                 mx = MXU_PAD.get(target.name, target.mxu_size)
                 useful += trips * batch * 2.0 * m * k * n
                 padded += trips * batch * 2.0 * _pad(m, 8) * _pad(k, mx) * _pad(n, mx) * passes
+            elif op.kind in ("load", "store") and gather_entry(op) is not None:
+                vpu += trips * _gather_elems(op, plan)
             elif op.kind in EUP_OPS:
                 eup += trips * _elems(op.results[0].shape, plan)
             elif op.kind in VPU_OPS:
@@ -252,7 +269,8 @@ def estimate(ir: KernelIR, config: Config, target: TpuTarget, *,
     device_peak = target.peak_bf16_flops / (2 if split else 1)
     hbm_bw = target.hbm_bytes_per_s / (2 if split else 1) * cal.hbm_efficiency
     megacore = target.megacore and not split  # a TPU7x device is one TensorCore
-    cores = 2 if megacore and parallel_blocks >= 2 else 1
+    # atomics and scatters make every grid axis "arbitrary": one core (lowering/pallas/gather.py)
+    cores = 2 if megacore and parallel_blocks >= 2 and not plan.shared else 1
     core_peak = device_peak / (2 if megacore else 1)
     hbm, dmas, first_in, last_out = _transfers(ir, plan)
     steps = 1

@@ -335,7 +335,9 @@ def schedule_estimate(ir: KernelIR, config: Config, target: str, profile: dict[s
     issue = cal.dma_issue_s * dmas * live_fraction / cores / live
     with_issue = fill + live * max(c_step + issue, d_step) + outside
     ana = cost_model.estimate(ir, config, tgt, live_fraction=live_fraction)
-    return {"seconds": seconds, "seconds_with_dma_issue": with_issue,
+    # the MXU time of a step at 100% of peak: a schedule below it is not counting cycles
+    mxu_floor = ana.mxu_seconds * cal.mxu_efficiency / live
+    return {"seconds": seconds, "seconds_with_dma_issue": with_issue, "mxu_floor_step_s": mxu_floor,
             "dma_issue_step_s": issue, "compute_step_s": c_step, "dma_step_s": d_step,
             "fill_s": fill, "outside_s": outside, "core_steps": core_steps,
             "bound": "compute" if c_step >= d_step else "dma",
@@ -368,6 +370,13 @@ def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
         try:
             prof = bundle_profile(ir, (), cfg, target)
             est = schedule_estimate(ir, cfg, target, prof)
+            if est["compute_step_s"] < 0.98 * est["mxu_floor_step_s"]:
+                # e.g. v5e matmul steps with a 1024-wide output block: fewer bundles than MXU
+                # passes, so a bundle is not a cycle there (docs/schedule_evaluator.md)
+                raise ScheduleDumpError(
+                    f"the schedule's {est['compute_step_s'] * 1e6:.3g} us per step is under the "
+                    f"MXU's {est['mxu_floor_step_s'] * 1e6:.3g} us at peak: its bundles are not "
+                    "cycles for this config")
             entry.update(evaluator="schedule", wall_s=prof["wall_s"],
                          seconds=est["seconds_with_dma_issue" if with_dma_issue else "seconds"])
         except ScheduleDumpError as e:

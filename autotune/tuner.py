@@ -9,6 +9,12 @@ Evaluators:
 - "interpret" (the CPU target): runs each candidate on this machine's CPU through the backend's
   interpreter on the real arguments, compared with the default config's output. Its times are
   plumbing, never performance.
+- "schedule" (TPU targets with a known TensorCore clock: v4, v5e, v5p; opt-in): as "model",
+  then the `rerank` best-modelled configs are re-priced from the compiler's own VLIW schedule
+  of the kernel body plus the model's DMA terms (autotune/schedule.py,
+  docs/schedule_evaluator.md) and tried in that order. It costs one extra libtpu compile in a
+  fresh process per re-priced config (~5-20 s each on a 2-core machine), against ~1 ms for
+  the model. Its results are cached under their own key, preferred by later calls.
 Candidates' code never runs in the caller's process: compiles and CPU runs happen in worker
 processes (autotune/isolated.py, lowering/pallas/check.py), each under the candidate `timeout`,
 so a hanging or crashing candidate is recorded as such and never wins. The wall time is at most
@@ -30,6 +36,7 @@ import torch
 from kernel_dsl import lowering
 from kernel_dsl.config import Config
 from kernel_dsl.errors import ConfigError, KernelError
+from kernel_dsl.host_views import kernel_tensors
 from kernel_dsl.ir import KernelIR
 from kernel_dsl.ir_printer import fingerprint
 from kernel_dsl.lowering.pallas.targets import tpu_target
@@ -55,6 +62,9 @@ class Candidate:
     utilization: float | None = None  # modelled fraction of the chip's bf16 peak
     vmem_estimate: int | None = None
     vmem_used: int | None = None
+    # "schedule" where the schedule evaluator re-priced `seconds`; "model: schedule unusable"
+    # where it tried and kept the model's price (an unusable dump; the reason went to progress)
+    priced_by: str | None = None
 
 
 @dataclass
@@ -85,7 +95,7 @@ class TuneResult:
         return out
 
     def table(self, top: int = 10) -> str:
-        unit = "model s" if self.evaluator == "model" else "interp s"
+        unit = {"model": "model s", "schedule": "sched s"}.get(self.evaluator, "interp s")
         rows = [f"autotune {self.kernel} for {self.target} ({self.backend}, {self.evaluator} "
                 f"evaluator{', from cache' if self.from_cache else ''}): "
                 f"{self.evaluations} evaluated in {self.wall_s:.1f} s",
@@ -96,7 +106,8 @@ class TuneResult:
             vm = c.vmem_used if c.vmem_used is not None else c.vmem_estimate
             rows.append(f"{i + 1:<5}{c.config:<58}{c.seconds:>10.3g}"
                         f"{'' if c.utilization is None else f'{100 * c.utilization:.0f}%':>8}"
-                        f"{'' if vm is None else f'{vm / 2**20:.1f}':>10}  {c.status}")
+                        f"{'' if vm is None else f'{vm / 2**20:.1f}':>10}  {c.status}"
+                        f"{f' ({c.priced_by})' if c.priced_by else ''}")
         fails = self.failures()
         if fails:
             rows.append("skipped: " + ", ".join(f"{n} {k}" for k, n in sorted(fails.items())))
@@ -111,10 +122,14 @@ class TuneResult:
         return json.dumps(d, indent=2)
 
 
-def cache_key(kernel: Any, ir: KernelIR, backend: str, target: str) -> dict[str, Any]:
-    return {"kernel": kernel.name, "ir": fingerprint(ir), "backend": backend, "target": target,
-            "shapes": shape_bucket([p.shape for p in ir.inputs]),
-            "dtypes": [p.dtype for p in ir.inputs]}
+def cache_key(kernel: Any, ir: KernelIR, backend: str, target: str,
+              evaluator: str = "model") -> dict[str, Any]:
+    key = {"kernel": kernel.name, "ir": fingerprint(ir), "backend": backend, "target": target,
+           "shapes": shape_bucket([p.shape for p in ir.inputs]),
+           "dtypes": [p.dtype for p in ir.inputs]}
+    if evaluator == "schedule":  # its seconds and the model's never mix in one ranking
+        key["evaluator"] = "schedule"
+    return key
 
 
 def cached_best(cache: TuningCache, key: dict[str, Any]) -> tuple[Config | None, list[dict[str, Any]]]:
@@ -128,7 +143,11 @@ def cached_best(cache: TuningCache, key: dict[str, Any]) -> tuple[Config | None,
 def tuned_config(kernel: Any, ir: KernelIR, backend: str, target: str) -> Config | None:
     """The cached winner for this kernel, shapes and target, if it was tuned here."""
     cache = TuningCache(version=__version__)  # also sees results held in memory (unwritable dir)
-    return cached_best(cache, cache_key(kernel, ir, backend, target))[0]
+    for evaluator in ("schedule", "model"):  # a schedule-tuned winner, where one was asked for
+        best = cached_best(cache, cache_key(kernel, ir, backend, target, evaluator))[0]
+        if best is not None:
+            return best
+    return None
 
 
 def _reduced_args(ir: KernelIR, args: tuple[Any, ...], config: Config) -> tuple[Any, ...]:
@@ -145,6 +164,10 @@ def _reduced_args(ir: KernelIR, args: tuple[Any, ...], config: Config) -> tuple[
         if isinstance(a, torch.Tensor):
             shape = [cut.get(d, d) for d in a.shape]
             out.append(torch.randn(shape, generator=gen).to(a.dtype))
+        elif isinstance(a, int) and not isinstance(a, bool) and a in cut:
+            # an int that is a cut size (attention's `seq_q`) shrinks with it, so that the
+            # reduced problem keeps the full one's loop structure
+            out.append(cut[a])
         else:
             out.append(a)
     return tuple(out)
@@ -177,10 +200,14 @@ def _execute(runner: CandidateRunner, kernel: Any, ir: KernelIR, backend: str,
     backends, else (a backend registered in this process, whose code a worker cannot import)
     here, without a timeout."""
     be = lowering.get(backend)
-    gen = be.render(ir, cfg, be.cpu_target)
+    try:
+        gen = be.render(ir, cfg, be.cpu_target)
+    except KernelError as e:  # e.g. a config that does not fit the reduced problem's loops
+        return Outcome("failed", message=f"{type(e).__name__}: {e.message.splitlines()[0][:200]}")
     if gen.backend in BUILTIN:
         return runner.run(gen, [p.dtype for p in ir.returns],
-                          kernel_inputs(args, scalars=kernel.runtime_scalars), timeout, left)
+                          kernel_tensors(ir.host, kernel_inputs(args, scalars=kernel.runtime_scalars)),
+                          timeout, left)
     try:
         kernel.run_cpu(backend, args, cfg)  # build + warm up
         times = []
@@ -217,10 +244,43 @@ def _from_record(r: dict[str, Any]) -> Candidate:
     return Candidate(**{k: r.get(k) for k in Candidate.__dataclass_fields__})
 
 
+def _rerank_by_schedule(ir: KernelIR, target: str, ranked: list[Candidate], rerank: int,
+                        deadline: float, progress: Progress) -> list[Candidate]:
+    """Re-prices the `rerank` best-modelled candidates from the compiler's schedule (with the
+    model's fitted per-DMA issue cost, without which small blocks come out ~3.5x too fast:
+    docs/schedule_evaluator.md) and puts them first, in schedule order. A config whose compile
+    fails is settled as failed here; one whose dump is unusable keeps its model price."""
+    from .schedule import schedule_objective
+
+    head = [c for c in ranked[:rerank] if c.status == "unverified"]
+    log: list[dict[str, Any]] = []
+    objective = schedule_objective(ir, target, with_dma_issue=True, log=log)
+    priced: list[Candidate] = []
+    for c in head:
+        if time.monotonic() >= deadline:
+            break
+        progress(f"pricing {c.config} from the compiler's schedule ({len(priced) + 1}/{len(head)})")
+        seconds = objective(Config.from_json(c.config))
+        entry = log[-1]
+        if math.isinf(seconds):
+            c.status, c.reason = "failed", f"schedule: {entry.get('reason', '')[:200]}"
+        else:
+            if c.utilization is not None and c.seconds:  # same FLOPs, the new time
+                c.utilization *= c.seconds / seconds
+            c.seconds, c.priced_by = seconds, entry["evaluator"]
+            if entry["evaluator"] != "schedule":
+                c.priced_by = "model: schedule unusable"
+                progress(f"kept the model's price: {entry.get('reason', '')[:200]}")
+        priced.append(c)
+    first = sorted((c for c in priced if c.status == "unverified"), key=lambda c: c.seconds or math.inf)
+    rest = [c for c in ranked if c not in priced]
+    return first + [c for c in priced if c.status != "unverified"] + rest
+
+
 def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
                budget: float, strategy: str, timeout: float, top_k: int, progress: Progress,
                prior: dict[str, Candidate], record: Callable[[list[Candidate]], None],
-               t0: float) -> TuneResult:
+               t0: float, evaluator: str = "model", rerank: int = 6) -> TuneResult:
     deadline, hard = t0 + budget, t0 + budget + timeout  # start nothing after; wait for nothing past
 
     def left() -> float:
@@ -231,7 +291,7 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
     assert tgt is not None
     space = be.config_space(ir, target)
     default = be.default_config(ir, target)
-    res = TuneResult(kernel.name, backend, target, "model", None)
+    res = TuneResult(kernel.name, backend, target, evaluator, None)
     by_cfg: dict[str, Candidate] = {}
 
     def objective(cfg: Config) -> float:
@@ -261,7 +321,11 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
         old = prior.get(c.config)
         if old is not None:
             c.status, c.reason, c.vmem_used = old.status, old.reason, old.vmem_used
+            if old.priced_by is not None and old.seconds is not None:  # by the schedule
+                c.seconds, c.priced_by = old.seconds, old.priced_by
             res.resumed += 1
+    if evaluator == "schedule":
+        ranked = _rerank_by_schedule(ir, target, ranked, rerank, deadline, progress)
     record([c for c in by_cfg.values() if c.status in ("pruned", "failed") and c.config not in prior])
     with CandidateRunner() as runner:
         # the real compiler decides feasibility: verify the best-ranked until one compiles
@@ -374,10 +438,28 @@ def tune_interpret(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: st
     return res
 
 
+def _evaluator_for(evaluator: str | None, target: str) -> str:
+    from .schedule import CLOCK_HZ
+
+    default = "model" if tpu_target(target) else "interpret"
+    if evaluator is None or evaluator == default:
+        return default
+    if evaluator == "schedule" and default == "model":
+        if target not in CLOCK_HZ:
+            raise ConfigError(
+                f"the schedule evaluator has no TensorCore clock for {target}, so the compiler's "
+                "bundles cannot become seconds (docs/schedule_evaluator.md)", None,
+                f"use it on {', '.join(CLOCK_HZ)}, or the default model evaluator on {target}")
+        return evaluator
+    raise ConfigError(f"evaluator {evaluator!r} does not apply to target {target!r}", None,
+                      "TPU targets: 'model' (default) or 'schedule'; the cpu target: 'interpret'")
+
+
 def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend: str | None = None,
              budget: float = 60.0, strategy: str = "auto", timeout: float = 120.0, top_k: int = 4,
              cache: TuningCache | None = None, use_cache: bool = True,
-             progress: Progress | None = None) -> TuneResult:
+             progress: Progress | None = None, evaluator: str | None = None,
+             rerank: int = 6) -> TuneResult:
     """Wall time: at most `budget` plus one candidate `timeout` (and a worker's shutdown).
     Every settled candidate goes to the cache as soon as it is settled, so a run killed midway
     loses only the candidates in flight, and the next run resumes from the cache."""
@@ -388,9 +470,9 @@ def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend
                           f"strategies: auto, {', '.join(STRATEGIES)}")
     progress = progress or (lambda _msg: None)
     cache = cache or TuningCache(version=__version__)
+    evaluator = _evaluator_for(evaluator, target)
     ir = kernel.ir(*args)
-    key = cache_key(kernel, ir, backend, target)
-    evaluator = "model" if tpu_target(target) else "interpret"
+    key = cache_key(kernel, ir, backend, target, evaluator)
     prior: dict[str, Candidate] = {}
     if use_cache:
         best, recs = cached_best(cache, key)
@@ -408,9 +490,9 @@ def autotune(kernel: Any, args: tuple[Any, ...], *, target: str = "cpu", backend
         if cands:
             cache.add(key, [{**asdict(c), "evaluator": evaluator} for c in cands])
 
-    if evaluator == "model":
+    if evaluator != "interpret":
         res = tune_model(kernel, ir, args, backend, target, budget, strategy, timeout, top_k,
-                         progress, prior, record, t0)
+                         progress, prior, record, t0, evaluator, rerank)
     else:
         res = tune_interpret(kernel, ir, args, backend, target, budget, strategy, timeout,
                              progress, prior, record, t0)

@@ -11,9 +11,11 @@
 """
 from __future__ import annotations
 
+from .atomics import atomic_add, atomic_max, atomic_min
 from .buckets import set_shape_buckets, shape_buckets
 from .check import CheckEntry, CheckReport
 from .config import Config, ConfigSpace
+from .device_random import rand, randint
 from .errors import (
                      ArgumentError,
                      BackendError,
@@ -33,10 +35,12 @@ from .language import BlockSize, block_size, dot, full, grid, register_block_siz
 from .version import __version__
 
 __all__ = [
+    "atomic_add", "atomic_max", "atomic_min",
     "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
-    "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "print_ir",
-    "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "tile", "tpu_kernel", "zeros",
+    "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "print_ir", "rand",
+    "randint", "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "tile",
+    "tpu_kernel", "zeros",
     "__version__",
 ]

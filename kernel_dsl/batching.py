@@ -25,6 +25,8 @@ def _fold_tile(kernel: Any, elems: tuple[Any, ...], batched: list[int], b: int) 
     """The parallel grid tile that walks exactly the batched arguments' first dims and every
     returned output's first dim, if the kernel traced at `b` times that size is the same."""
     ir = kernel.ir(*elems)
+    if ir.host is not None:  # host views (`x.view(-1)`, `out.T`) move the batch dim: per element
+        return None
     want = {(p.name, 0) for p in ir.inputs if p.arg_index in batched}
     tiles = {t.name: t for t in ir.tiles}
     for name, axes in bucket_plan.safe_tiles(ir, loops_too=False).items():

@@ -129,6 +129,8 @@ def _zero_sum(loop: Op, t: TileVar) -> bool:
                 zero.add(outs[0].id)
             continue
         if k == "store":  # only rows of t: a t-free store is redone by padded iterations
+            if op.attrs.get("atomic"):  # an atomic of padded rows would update real ones
+                return False
             if not (any(i.kind == "tile" and i.tile is t for i in op.attrs["index"])
                     and ins[0].id in zero):
                 return False
@@ -172,6 +174,9 @@ def _zero_sum(loop: Op, t: TileVar) -> bool:
 def safe_tiles(ir: KernelIR, loops_too: bool = True) -> dict[str, list[tuple[TensorParam, int]]]:
     """tile name -> the tensor axes it indexes, for every tile that padding cannot affect: the
     parallel grid dims, and with `loops_too` the zero-sum loop dims."""
+    if any(op.kind == "store" and (op.attrs.get("atomic") or any(
+            ix.kind == "gather" for ix in op.attrs["index"])) for op in ir.body.walk()):
+        return {}  # a padded lane's atomic or scatter could land in a real element
     acc = _accesses(ir)
     loops = {op.attrs["tile"].id: op for op in ir.body.walk() if op.kind == "loop"}
     safe = {}

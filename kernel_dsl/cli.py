@@ -191,7 +191,8 @@ def cmd_autotune(ns: argparse.Namespace) -> int:
                   flush=True)
 
     res = k.autotune(*args, target=ns.target, budget=budget, strategy=ns.strategy,
-                     backend=ns.backend, use_cache=not ns.no_cache, progress=progress)
+                     backend=ns.backend, use_cache=not ns.no_cache, progress=progress,
+                     evaluator=ns.evaluator)
     print(res.to_json() if ns.json else res.table(top=ns.top))
     if ns.plot:
         from .plot import plot_search
@@ -306,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--budget", default="60s", help="wall-clock budget, e.g. 120s")
     tune.add_argument("--strategy", default="auto", help="auto, exhaustive, pattern or random")
     tune.add_argument("--backend", default=None)
+    tune.add_argument("--evaluator", default=None, choices=["model", "schedule"],
+                      help="TPU targets: the analytical model (default) or 'schedule', which "
+                      "re-prices the best-modelled configs from the compiler's own VLIW schedule "
+                      "(v4, v5e, v5p; one extra compile, ~5-20 s, per re-priced config)")
     tune.add_argument("--top", type=int, default=10, help="rows of the table")
     tune.add_argument("--no-cache", action="store_true", help="evaluate even if cached")
     tune.add_argument("--plot", default=None, help="write a picture of the search (PNG)")

@@ -107,9 +107,11 @@ class TensorParam:
 @dataclass(frozen=True)
 class Index:
     """One entry of a tensor subscript: a tile, `:` (the whole axis), an int, or a device
-    scalar ("dyn": a `kd.grid` index or a loaded int; the axis is dropped, as for an int)."""
+    scalar ("dyn": a `kd.grid` index or a loaded int; the axis is dropped, as for an int), or
+    a 1-D integer value ("gather": lane i reads/writes element scalar[i] of the axis; the axis
+    becomes the value's dim)."""
 
-    kind: str  # "tile" | "full" | "int" | "dyn"
+    kind: str  # "tile" | "full" | "int" | "dyn" | "gather"
     tile: TileVar | None = None
     value: int = 0
     scalar: "Value | None" = None
@@ -119,6 +121,8 @@ class Index:
             return repr(self.tile)
         if self.kind == "dyn":
             return repr(self.scalar)
+        if self.kind == "gather":
+            return f"gather({self.scalar!r})"
         return ":" if self.kind == "full" else str(self.value)
 
 
@@ -187,6 +191,9 @@ class KernelIR:
     tiles: list[TileVar]
     returns: list[TensorParam]
     loc: SourceLoc | None = None
+    # host_views.HostViews: torch views applied to the inputs before the kernel and to its returned
+    # buffers after it (`x.view(-1)`, `return out.T`); None when the host code makes none
+    host: Any = None
 
     @property
     def inputs(self) -> list[TensorParam]:
@@ -205,7 +212,7 @@ class KernelIR:
 
 
 def index_values(op: Op) -> list[Value]:
-    """The device scalars a load or store is indexed by (its "dyn" entries)."""
+    """The device values a load or store is indexed by (its "dyn" and "gather" entries)."""
     if op.kind not in ("load", "store"):
         return []
     return [ix.scalar for ix in op.attrs["index"] if ix.scalar is not None]

@@ -20,7 +20,8 @@ def _attrs(op: Op) -> str:
     a = op.attrs
     k = op.kind
     if k in ("load", "store"):
-        return f"{a['tensor'].name}[{', '.join(repr(i) for i in a['index'])}]"
+        at = f" atomic_{a['atomic']}" if a.get("atomic") else ""
+        return f"{a['tensor'].name}[{', '.join(repr(i) for i in a['index'])}]{at}"
     if k == "const":
         return repr(a["value"])
     if k == "full":

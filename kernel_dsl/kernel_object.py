@@ -1,14 +1,16 @@
 """`@kd.tpu_kernel`: the kernel object, its specializations and its compiled-kernel cache."""
 from __future__ import annotations
 
+import enum
 import inspect
 import os
 import traceback
+import types
 from typing import Any, Callable
 
 import torch
 
-from . import amp, arguments, bucket_plan, buckets, dtypes, guards, lowering, runtime_scalars
+from . import amp, arguments, bucket_plan, buckets, dtypes, guards, host_views, lowering, runtime_scalars
 from .arg_check import (
     autotune_target,
     check_config,
@@ -45,7 +47,8 @@ _backend_stack: list[str] = []  # `with kd.backend(...)`; a plain global so Dyna
 _ENV_BACKEND = os.environ.get("KD_BACKEND")
 _faithful_stack: list[bool] = []
 _ENV_FAITHFUL = os.environ.get("KD_INTERPRET", "") == "faithful"
-_PLAIN = (int, float, bool, list, tuple)  # may take the plain CPU call (lists: `_validate`)
+# may take the plain CPU call (lists: `_validate`); enums and functions are keyed as constants
+_PLAIN = (int, float, bool, list, tuple, str, type(None), enum.Enum, types.FunctionType)
 _CONSTANT = (int, bool, float, str, type(None))  # keyed as (type, value)
 
 
@@ -133,7 +136,7 @@ class Kernel:
                 raise KernelSyntaxError(f"kernel `{self.name}` parameter `{p.name}` is "
                                         f"{p.kind.description}", user_loc(),
                                         "kernel parameters are plain positional arguments")
-        self.kinds = [arguments.arg_kind(p) for p in self.params]
+        self.kinds = [arguments.arg_kind(p, getattr(fn, "__globals__", None)) for p in self.params]
         self.config = config if config is not None else (configs[0] if configs else None)
         self.configs_given = list(configs or [])
         self.default_backend = backend
@@ -210,7 +213,7 @@ class Kernel:
                                 f"{len(args)}", loc, f"call it as {self.name}{self.signature}")
         device = None
         for p, kind, a in zip(self.params, self.kinds, args):
-            if kind == "Tensor":
+            if kind == "Tensor" or (kind == arguments.OPTIONAL and isinstance(a, torch.Tensor)):
                 if not isinstance(a, torch.Tensor):
                     raise ArgumentError(f"argument `{p.name}` must be a torch.Tensor, got "
                                         f"{type(a).__name__}", loc, arguments.tensor_hint(a)
@@ -338,6 +341,7 @@ class Kernel:
             gen = be.render(ir, self._config_for(ir, be.name, be.cpu_target, config), be.cpu_target)
             self.stats["renders"] += 1
             fn = be.compile(gen, ir, faithful=True) if faithful else be.compile(gen, ir)
+            fn = host_views.wrap(ir.host, fn)  # host views of inputs and outputs, around it
             self.stats["compiles"] += 1
             self._compiled[(backend_name, config, faithful) + self.arg_key(args)] = fn  # specialize
         return fn
@@ -399,7 +403,8 @@ class Kernel:
             return self._plans[pkey]
         self.note_dynamic(args)
         found = None
-        if self._dynamic:
+        # host views (`x.view(-1)`) mix padded and real elements: their kernels run exact sizes
+        if self._dynamic and self.ir(*args).host is None:
             be = lowering.get(backend_name)
             # a config the user tuned for exactly these shapes wins over the bucket's build
             if self.config is not None or tuned_config(self, self.ir(*args), be.name,
@@ -410,9 +415,12 @@ class Kernel:
 
     def shapes_only(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
         """Runs the host code with `kd.tile` loops skipped: the outputs' metadata (the fake)."""
+        # the kernel sees its tensor arguments as contiguous (the trace's meta tensors are, and
+        # the call makes them so): `torch.empty_like(x)` and host views follow that layout
+        args = tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
         with ShapeOnly():
             out = self.fn(*args)
-        return list(out) if isinstance(out, (tuple, list)) else [out]
+        return host_views.unaliased(list(out) if isinstance(out, (tuple, list)) else [out])
 
     def check(self, *args: Any, targets: list[str] | None = None, config: Config | None = None,
               backend: str = "pallas", timeout: float = 300.0,

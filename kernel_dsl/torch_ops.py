@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import amp
+from . import amp, arguments
 from .batching import per_element
 from .errors import ArgumentError
 from .names import identifier
@@ -29,8 +29,11 @@ from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
 from .user_autograd import autograd_fns
 
+# kernel_dsl/arguments.py; an enum goes by its member's name, a callable by an int handle
 _SCHEMA_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool",
-                 "int[]": "SymInt[]"}  # kernel_dsl/arguments.py
+                 "int[]": "SymInt[]", "Tensor?": "Tensor?", "str": "str", "enum": "str",
+                 "callable": "int"}
+_CPU_ONLY = ("Tensor?", "str", "enum", "callable")  # the device ops' signatures lack these yet
 # The kernel library's own ops (kernels/*.py) share the namespace: a user kernel of one of these
 # names gets a suffix, whichever is imported first (tests/test_library_configs.py keeps it true).
 LIBRARY_OPS = frozenset(f"{op}{suffix}" for op in ("matmul", "flash_attention", "softmax",
@@ -59,6 +62,11 @@ class KernelOps:
         params = ", ".join(f"{_SCHEMA_TYPES[k]} {p.name}" for p, k in zip(kernel.params, kernel.kinds))
         self.schema = f"({params}) -> Tensor[]"
         self.first_tensor = next((i for i, k in enumerate(kernel.kinds) if k == "Tensor"), None)
+        # (argument, kind, enum class) of the arguments the op takes in another form
+        scope = getattr(kernel.fn, "__globals__", None)
+        self.codecs = [(i, k, arguments.enum_class(p, scope)) for i, (p, k) in
+                       enumerate(zip(kernel.params, kernel.kinds)) if k in arguments.ENCODED]
+        self.has_callable = any(k == arguments.CALLABLE for k in kernel.kinds)
         if self.first_tensor is None:
             raise ArgumentError(f"kernel `{kernel.name}` has no tensor parameter", user_loc(),
                                 "annotate tensor parameters with `torch.Tensor`")
@@ -68,7 +76,8 @@ class KernelOps:
         self.tpu: Any = None
         self.cuda: Any = None
         self.neuron: Any = None
-        if torch_tpu_loaded():  # made now: a first call inside torch.compile cannot make it
+        # made now: a first call inside torch.compile cannot make it
+        if torch_tpu_loaded() and not any(k in _CPU_ONLY for k in kernel.kinds):
             self.tpu_op()
 
     def register_autograd(self, backward: Callable[..., Any],
@@ -93,7 +102,23 @@ class KernelOps:
             amp.register(op._qualname, self.kernel.autocast)
         return op
 
+    def decoded(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The kernel's arguments from the op's (`arguments.decode`)."""
+        if not self.codecs:
+            return args
+        out = list(args)
+        for i, kind, cls in self.codecs:
+            out[i] = arguments.decode(kind, cls, out[i])
+        return tuple(out)
+
+    def encoded(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        out = list(args)
+        for i, kind, _ in self.codecs:
+            out[i] = arguments.encode(kind, out[i])
+        return tuple(out)
+
     def fake(self, *args: Any) -> list[torch.Tensor]:
+        args = self.decoded(args)
         self.kernel.note_dynamic(args)  # symbolic sizes under torch.compile: shape buckets
         return self.kernel.shapes_only(args)
 
@@ -121,14 +146,14 @@ class KernelOps:
         return op
 
     def _setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        self.autograd[1](ctx, inputs, output)
+        self.autograd[1](ctx, self.decoded(tuple(inputs)), output)
 
     def _backward(self, ctx: Any, *grads: Any) -> Any:
         return self.autograd[0](ctx, *grads)
 
     # -- the portable op's implementations, one per device type ---------------------------------
     def _on_cpu(self, *args: Any) -> list[torch.Tensor]:
-        return self.kernel.run_cpu(self.kernel.backend_name(), args)
+        return self.kernel.run_cpu(self.kernel.backend_name(), self.decoded(args))
 
     def _on_privateuse1(self, *args: Any) -> list[torch.Tensor]:
         return list(self._device_op(torch._C._get_privateuse1_backend_name())(*args))
@@ -138,7 +163,9 @@ class KernelOps:
 
     # -- the router (Kernel.__call__; Dynamo traces it) -----------------------------------------
     def route(self, args: tuple[Any, ...]) -> Callable[..., list[torch.Tensor]]:
-        if not all(isinstance(a, (torch.Tensor, int, float, bool)) for a in args):
+        if not all(isinstance(a, (torch.Tensor, int, float, bool)) or (
+                k != "Tensor" and arguments.check(k, a) is None)  # Dynamo cannot run user_loc
+                for a, k in zip(args, self.kernel.kinds)):
             self.kernel._validate(args)  # a list or None for a tensor: named at the user's line
         device = args[self.first_tensor].device
         for a in args:
@@ -147,7 +174,13 @@ class KernelOps:
                                     f"{a.device}", user_loc(), "move all tensor arguments to one device")
         dev = device.type
         if dev == "cpu":
-            return self.op
+            if not self.codecs:
+                return self.op
+            if self.has_callable and torch.compiler.is_compiling():
+                # the handle table changes from Python, which Dynamo cannot replay before the op
+                # runs in its graph: the call runs outside the graph (a graph break)
+                return torch._dynamo.disable(lambda *a: self.op(*self.encoded(a)))
+            return lambda *a: self.op(*self.encoded(a))
         device_op = self._device_op(dev)  # made (or its error raised) at the user's call
         if not torch.compiler.is_compiling():
             if dev == "tpu":  # inside jax_op, a bad argument would fail deep in JAX's export
@@ -156,6 +189,12 @@ class KernelOps:
         return self.op if torch.compiler.is_exporting() else device_op
 
     def _device_op(self, dev: str) -> Any:
+        cpu_only = [p.name for p, k in zip(self.kernel.params, self.kernel.kinds) if k in _CPU_ONLY]
+        if cpu_only:
+            raise ArgumentError(f"kernel `{self.kernel.name}` takes {', '.join(cpu_only)} (None-able, "
+                                f"str, enum or callable parameters), which run on cpu tensors only "
+                                f"for now, not on `{dev}`", user_loc(),
+                                "call it on cpu tensors, or make those parameters ints or tensors")
         if dev == "tpu":
             return self.tpu_op()
         if dev == "neuron":

@@ -7,7 +7,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from . import dtypes, runtime_scalars, tile_bounds
+from . import dtypes, host_views, runtime_scalars, tile_bounds
 from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v
 from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
 from .ir import Dim, Index, TensorParam, shape_str
@@ -29,14 +29,6 @@ _HOST_OK = {"size", "dim", "stride", "numel", "is_contiguous", "__len__", "__for
 _HOST_DTYPE_OK = {torch.promote_types, torch.result_type, torch.can_cast}
 
 
-def _from_index(v: Any, depth: int = 4) -> bool:
-    """Whether a value is computed from a tile's `.index` (an offset window, not a gather)."""
-    op = v.op
-    if op is None or depth == 0:
-        return False
-    return op.kind == "iota" or any(_from_index(o, depth - 1) for o in op.operands)
-
-
 def _scalar_index(it: Any) -> bool:
     """A rank-0 integer device value (a `kd.grid` index, `t.begin`, a loaded int) indexes one
     element of an axis, as a Python int does; it must be in range, as torch requires."""
@@ -44,8 +36,15 @@ def _scalar_index(it: Any) -> bool:
                                                                            "u8")
 
 
+def _gather_index(it: Any) -> bool:
+    """A 1-D integer tile value (`ids[tb]`, `t.index + 1`) indexes an axis lane by lane: a
+    gather in a load, a scatter in a store (docs/ir.md "Gather and scatter")."""
+    return isinstance(it, TileValue) and it.v.rank == 1 and it.v.dtype in ("i32", "i16", "i8",
+                                                                            "u8")
+
+
 def _gather_error(p: TensorParam, it: Any, loc: Any) -> KernelSyntaxError:
-    """Indexing with a tensor or a tile value: gather/scatter, which Language I will add."""
+    """Indexing with a tensor or a tile value that is not a 1-D integer index tile."""
     if isinstance(it, torch.Tensor):
         what = "a whole tensor"
     elif it.v.dtype == "bool":
@@ -53,18 +52,15 @@ def _gather_error(p: TensorParam, it: Any, loc: Any) -> KernelSyntaxError:
             f"`{p.name}[mask]`: indexing with a bool tile (boolean-mask indexing) is not "
             "supported", loc, f"load the block and select per element: "
             f"`torch.where(mask, {p.name}[t], 0.0)`")
-    elif not it.v.shape:
-        what = "a scalar computed on the device (`t.begin`, a loaded value)"
-    elif _from_index(it.v):
-        what = "indices computed from `t.index` (an offset or strided window)"
+    elif it.v.dtype not in ("i32", "i16", "i8", "u8"):
+        what = f"a {it.v.dtype} {'scalar' if not it.v.shape else 'tile'} (indices are integers)"
     else:
-        what = "an integer tile loaded from a tensor"
+        what = f"a rank-{it.v.rank} integer tile (an index tile is 1-D)"
     return UnsupportedOpError(
-        f"`{p.name}[...]` is indexed with {what}: gather and scatter through index tensors "
-        "are not supported yet", loc,
-        f"index `{p.name}` with tiles from kd.tile, `:` or Python ints; gather (`w[ids]`) or "
-        "scatter (`out[ids] = v`) in PyTorch before or after the kernel and pass the result "
-        "as an argument")
+        f"`{p.name}[...]` is indexed with {what}: gather and scatter go through one 1-D "
+        "integer index tile per subscript", loc,
+        f"index with a 1-D int tile: `{p.name}[ids[t]]`, `{p.name}[t.index + 1]` (cast with "
+        "`.to(torch.int32)`); or gather in PyTorch before the kernel and pass the result")
 
 
 class TraceMode(TorchFunctionMode):
@@ -85,6 +81,9 @@ class TraceMode(TorchFunctionMode):
             return dispatch(func, args, kwargs)
         if func in _ALLOC_INIT:
             return self._alloc(func, args, kwargs)
+        view = host_views.view_name(func)  # `x.view(-1)`, `w.T` of an argument or output
+        if view is not None and args and self._views().tracked(args[0]):
+            return self._views().view(func, view, args, kwargs)
         name = getattr(func, "__name__", "")
         if name == "__get__" or name in _HOST_OK or func in _HOST_DTYPE_OK:
             return func(*args, **kwargs)
@@ -118,22 +117,37 @@ class TraceMode(TorchFunctionMode):
         tr.add_param(meta, name, dt, is_output=True, init=init)
         return meta
 
+    def _views(self) -> host_views.ViewTracker:
+        if self.tracer.views is None:
+            self.tracer.views = host_views.ViewTracker(self.tracer)
+        return self.tracer.views
+
     # -- loads and stores -------------------------------------------------------------------------
     def _param(self, t: Any, what: str) -> TensorParam:
         p = self.tracer.param(t) if isinstance(t, torch.Tensor) else None
+        views = self.tracer.views
+        if views is not None and isinstance(t, torch.Tensor):
+            p = views.direct(t, p, what) if p is not None else views.param(t, what)
         if p is None:
             raise KernelSyntaxError(
-                f"{what} a tensor that is not a kernel argument or an allocated output",
-                user_loc(), "index the kernel's arguments and outputs directly; views made in "
-                "host code (x.T, x.view(...)) are not supported yet")
+                f"{what} a tensor that is not a kernel argument, an allocated output or a host "
+                "view of one", user_loc(), "index the kernel's arguments and outputs, or views "
+                "of them made in host code (`x.view(-1, k)`, `w.T`); tensors computed in host "
+                "code are not kernel inputs: compute them before the call and pass them in")
         return p
 
     def _index(self, p: TensorParam, idx: Any) -> tuple[tuple[Index, ...], tuple[Dim, ...]]:
         loc = user_loc()
         items = list(idx) if isinstance(idx, tuple) else [idx]
         for it in items:  # before any `==`: a tile value's `==` is a device op, not a test
-            if isinstance(it, (TileValue, torch.Tensor)) and not _scalar_index(it):
+            if isinstance(it, (TileValue, torch.Tensor)) and not _scalar_index(it) \
+                    and not _gather_index(it):
                 raise _gather_error(p, it, loc)
+        if sum(1 for it in items if _gather_index(it)) > 1:
+            raise UnsupportedOpError(
+                f"`{p.name}[...]` is indexed with more than one index tile", loc,
+                "gather along one axis per subscript; for a 2-D gather index the flattened "
+                "tensor with one computed index tile (`row * n + col`)")
         if any(it is Ellipsis for it in items):
             i = next(i for i, it in enumerate(items) if it is Ellipsis)
             items[i:i + 1] = [slice(None)] * (len(p.shape) - len(items) + 1)
@@ -157,6 +171,10 @@ class TraceMode(TorchFunctionMode):
                         f"tile that axis's own size, e.g. `kd.tile({p.name}.shape[{axis}])`")
                 index.append(Index("tile", it.var))
                 shape.append(it.var)
+            elif isinstance(it, TileValue) and it.v.shape:  # an index tile: `emb[ids[tb], td]`
+                tr.check_visible(it.v, loc)  # a gather (scatter in a store) along this axis
+                index.append(Index("gather", scalar=it.v))
+                shape.append(it.v.shape[0])
             elif isinstance(it, TileValue):  # a device scalar: `x[g, :]`, `emb[ids[t], :]`
                 tr.check_visible(it.v, loc)
                 index.append(Index("dyn", scalar=it.v))
@@ -183,7 +201,7 @@ class TraceMode(TorchFunctionMode):
         v = self.tracer.emit("load", [], {"tensor": p, "index": index}, shape, p.dtype)
         return TileValue(v)
 
-    def _setitem(self, t: Any, idx: Any, value: Any) -> None:
+    def _setitem(self, t: Any, idx: Any, value: Any, atomic: dict[str, str] | None = None) -> None:
         """`out[idx] = value`. As torch's setitem, the value is cast to the output's dtype
         (an IR `cast`: floats round to nearest even, float -> int truncates toward zero,
         nonzero -> True for bool) and broadcast to the indexed block's shape."""
@@ -208,5 +226,6 @@ class TraceMode(TorchFunctionMode):
                 raise ShapeError(f"storing a {shape_str(v.v.shape)} tile into "
                                  f"`{p.name}[...]` of shape {shape_str(shape)}", loc,
                                  "the value must have the shape of the indexed block") from None
-        self.tracer.emit("store", [v.v], {"tensor": p, "index": index})
+        # kd.atomic_add/max/min (kernel_dsl/atomics.py) are stores with attrs "atomic", "sem"
+        self.tracer.emit("store", [v.v], {"tensor": p, "index": index, **(atomic or {})})
         self.tracer.stored.add(id(p))

@@ -90,6 +90,7 @@ class Tracer:
         self._next_value = 0
         self.stored: set[int] = set()
         self.pad_fills: dict[tuple[int, int, float], Value] = {}  # (value id, axis, fill) -> value
+        self.views: Any = None  # host_views.ViewTracker, made by the first host view
 
     # -- values and ops ------------------------------------------------------------------
     def new_value(self, shape: tuple[Dim, ...], dtype: str, op: Op | None, region: Region) -> Value:
@@ -176,8 +177,11 @@ class Tracer:
                                     "wrap the device code in `for tile in kd.tile(size):`")
         outs = returned if isinstance(returned, (tuple, list)) else (returned,)
         returns: list[TensorParam] = []
+        chains: list[Any] = []  # per returned tensor: the host view of its buffer (host_views.py)
         for o in outs:
-            p = self.param(o) if isinstance(o, torch.Tensor) else None
+            p, chain = (self.views.returned(o) if self.views is not None
+                        else (self.param(o) if isinstance(o, torch.Tensor) else None, ()))
+            chains.append(chain)
             if p is None or not p.is_output:
                 raise KernelSyntaxError(
                     "a kernel must return the tensors its host code allocated", loc,
@@ -192,9 +196,10 @@ class Tracer:
                     f"loop `{t!r}` is bounded by values read from memory but indexes no tensor",
                     t.loc, "index a tensor with the tile: its axis bounds the loop's blocks")
         _eliminate_dead_code(self.body)
+        host = self.views.host_views(list(zip(returns, chains))) if self.views is not None else None
         # the IR's name names generated functions and files: an ASCII identifier (names.py)
         return KernelIR(identifier(self.name), self.params, self.grid, self.body, self.block_syms,
-                        self.tiles, returns, self.grid[0].loc)
+                        self.tiles, returns, self.grid[0].loc, host)
 
 
 def _has_effects(op: Op) -> bool:
@@ -240,7 +245,7 @@ def replace_uses(region: Region, old: Value, new: Value) -> None:
             t = op.attrs["tile"]
             t.lo, t.hi = (new if b is old else b for b in (t.lo, t.hi))
         if any(v is old for v in index_values(op)):
-            op.attrs["index"] = tuple(Index("dyn", scalar=new) if ix.scalar is old else ix
+            op.attrs["index"] = tuple(Index(ix.kind, scalar=new) if ix.scalar is old else ix
                                       for ix in op.attrs["index"])
         if op.body is not None:
             replace_uses(op.body, old, new)

@@ -21,7 +21,12 @@ import torch
 from kernel_dsl import amp
 from kernel_dsl.buckets import bucket, cut, enabled, pad
 
-from .attention_bwd import flash_attention_bwd_delta, flash_attention_bwd_dkv, flash_attention_bwd_dq
+from .attention_bwd import (
+    dkv_skips,
+    flash_attention_bwd_delta,
+    flash_attention_bwd_dkv,
+    flash_attention_bwd_dq,
+)
 from .attention_fwd import flash_attention_fwd
 from .base import call, check_float, library_op, placeholder, register_autograd
 
@@ -154,7 +159,10 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     lse3 = lse.contiguous().reshape(b * hkv, (h // hkv) * plan.sqb, 1)
     scalars = plan.scalars(sm_scale)
     delta = flash_attention_bwd_delta(o3, do3)
-    dk, dv_ = flash_attention_bwd_dkv(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars)
+    on_tpu = q.device.type not in ("cpu", "cuda", "meta")
+    dkv_skip = plan.skip and dkv_skips(q3.shape[1], d, q.element_size(), on_tpu)
+    dk, dv_ = flash_attention_bwd_dkv(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars[:4],
+                                      dkv_skip)
     dq = flash_attention_bwd_dq(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars)
     return (cut(dq.reshape(b, h, plan.sqb, d), 2, sq),
             cut(dk.reshape(b, hkv, plan.skvb, d), 2, skv),

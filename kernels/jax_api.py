@@ -14,7 +14,12 @@ import jax
 import jax.numpy as jnp
 
 from .attention import _causal_offset
-from .attention_bwd import flash_attention_bwd_delta, flash_attention_bwd_dkv, flash_attention_bwd_dq
+from .attention_bwd import (
+    dkv_skips,
+    flash_attention_bwd_delta,
+    flash_attention_bwd_dkv,
+    flash_attention_bwd_dq,
+)
 from .attention_fwd import flash_attention_fwd
 from .matmul import _ACT, column_sum, matmul_kernel
 from .norms import (
@@ -144,7 +149,9 @@ def _attention_fn(causal: bool, scale: float, offset: int) -> Any:
         qpos = _qpos(h // hkv, sq, causal)
         delta = flash_attention_bwd_delta.jax(_fold(out, hkv), do3)
         scalars = (scale, causal, offset, sq, causal)
-        dk, dv = flash_attention_bwd_dkv.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars)
+        dkv_skip = causal and dkv_skips(q3.shape[1], d, q.dtype.itemsize, on_tpu=True)
+        dk, dv = flash_attention_bwd_dkv.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars[:4],
+                                             dkv_skip)
         dq = flash_attention_bwd_dq.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars)
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 

@@ -78,10 +78,10 @@ def lookup(name: str, ir: KernelIR, target: TpuTarget) -> Config | None:
     """The shipped config of kernel `name` for this IR's shapes on `target`, or None."""
     shapes = _shapes(ir)
     dts = [p.dtype for p in ir.inputs]
-    memo_key = (name, json.dumps([shapes, dts]), target.name)
+    dynamic = dynamic_loops(ir)  # causal block skipping has configs of its own, same shapes
+    memo_key = (name, json.dumps([shapes, dts]), target.name, dynamic)
     if memo_key in _memo:
         return _memo[memo_key]
-    dynamic = dynamic_loops(ir)
     same = [e for e in entries(target.name) if e.get("kernel") == name and e.get("dtypes") == dts
             and bool(e.get("dynamic_loops", False)) == dynamic]
     exact = [e for e in same if e.get("shapes") == shapes]

@@ -100,3 +100,19 @@ def test_modelled_causal_time_against_non_causal(target: str, bound: float) -> N
     full, _, _ = causal_skipping._best(causal_skipping._args(64, 4096, False, False), target)
     causal, _, _ = causal_skipping._best(causal_skipping._args(64, 4096, True, True), target)
     assert 0.5 < causal / full <= bound, causal / full
+
+
+def test_dkv_skips_only_where_its_resident_rows_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Skipping dK/dV keeps the query side resident in VMEM: at 8192 rows of d=128 bf16 (32 MiB
+    double-buffered) that fits v5e's 128 MiB but not v4's 16 MiB, where dK/dV then visits every
+    query block. Off the TPU route there is no limit."""
+    from kernel_dsl import tpu_adapter
+    from kernel_dsl.kernels.attention_bwd import dkv_skips
+
+    monkeypatch.setattr(tpu_adapter, "route_target", lambda: os.environ["KD_TPU_TARGET"])
+    assert dkv_skips(2048, 128, 2, on_tpu=True)  # 8 MiB: fits every generation, target unread
+    assert dkv_skips(8192, 128, 2, on_tpu=False)
+    monkeypatch.setenv("KD_TPU_TARGET", "tpu-v5e")
+    assert dkv_skips(8192, 128, 2, on_tpu=True)
+    monkeypatch.setenv("KD_TPU_TARGET", "tpu-v4")
+    assert not dkv_skips(8192, 128, 2, on_tpu=True)

@@ -279,3 +279,26 @@ def test_int32_min_max_over_ragged_blocks(backend: str) -> None:
     with kd.backend(backend):
         lo, hi = ragged_int_min_max(x)
     assert torch.equal(lo, x.amin(1)) and torch.equal(hi, x.amax(1))
+
+
+# -- broadcasts of int32 values above 2**24 (NKI broadcasts through float32 units) ------------
+@kd.kernel
+def xor_broadcasts(x: torch.Tensor, r: torch.Tensor, c: torch.Tensor, s: torch.Tensor):
+    """A row across partitions, a column along the free axis and a loaded scalar to 2-D."""
+    m, n = x.shape
+    out = torch.empty_like(x)
+    for tm, tn in kd.tile([m, n]):
+        out[tm, tn] = ((x[tm, tn] ^ r[tn][None, :]) + c[tm][:, None]) ^ s[0]
+    return out
+
+
+@pytest.mark.parametrize("shape", [(37, 45), (1, 130), (129, 1)], ids=str)
+@pytest.mark.parametrize("backend", ["pallas", "triton", "nki"])
+def test_int32_broadcasts_keep_every_bit(backend: str, shape: tuple[int, int]) -> None:
+    g = torch.Generator().manual_seed(3)
+    m, n = shape
+    x, r, c, s = (torch.randint(-2**31, 2**31 - 1, sh, dtype=torch.int32, generator=g)
+                  for sh in ((m, n), (n,), (m,), (1,)))
+    want = ((x ^ r[None, :]) + c[:, None]) ^ s[0]
+    with kd.backend(backend):
+        assert torch.equal(xor_broadcasts(x, r, c, s), want)

@@ -99,21 +99,29 @@ def k_tile_subscript(x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 IDS = torch.tensor([3, 0, 4, 1, 1, 2, 0, 4], dtype=torch.int32)
 
 
-def test_embedding_gather_is_a_clear_error() -> None:
-    expect_error("embedding", ("`w[...]`", "integer tile loaded from a tensor", "gather"),
-                 k_embedding, IDS, torch.randn(5, 4))
+# gathers and scatters through 1-D integer tiles are supported now (tests/test_gather_scatter.py)
+def test_embedding_gather_now_runs() -> None:
+    w = torch.randn(5, 4)
+    with kd.backend("triton"):
+        assert torch.equal(k_embedding(IDS, w), w[IDS.long()])
 
 
-def test_offset_index_is_a_clear_error() -> None:
-    expect_error("offset", ("`x[...]`", "t.index", "not supported yet"), k_offset, torch.randn(8))
+def test_offset_index_now_runs() -> None:
+    x = torch.randn(8)
+    with kd.backend("triton"):
+        assert torch.equal(k_offset(x)[:-1], x[1:])  # the last lane's index 8 is clamped
 
 
 def test_whole_tensor_index_is_a_clear_error() -> None:
     expect_error("whole", ("whole tensor", "gather"), k_whole_tensor, torch.randn(8), IDS)
 
 
-def test_scatter_store_is_a_clear_error() -> None:
-    expect_error("scatter", ("`out[...]`", "scatter"), k_scatter, torch.randn(8), IDS)
+def test_scatter_store_now_runs() -> None:
+    x, perm = torch.randn(8), torch.tensor([3, 0, 4, 1, 7, 2, 6, 5], dtype=torch.int32)
+    want = torch.empty_like(x)
+    want[perm.long()] = x
+    with kd.backend("triton"):
+        assert torch.equal(k_scatter(x, perm), want)
 
 
 def test_bool_mask_index_is_a_clear_error() -> None:

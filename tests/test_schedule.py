@@ -98,3 +98,37 @@ def test_objective_ranks_with_the_schedule_on_v5e() -> None:
         Config([512, 512, 512], loop_mode="grid"))
     assert [e["evaluator"] for e in log] == ["schedule", "schedule"]
     assert 0 < big < small  # 512 steps 64x fewer grid steps: cheaper end to end
+
+
+# -- the schedule as an autotune evaluator (`kernel.autotune(evaluator="schedule")`) --------------
+def test_schedule_evaluator_refuses_targets_without_a_clock_and_the_cpu() -> None:
+    from kernel_dsl.errors import ConfigError
+
+    args = (torch.empty(256, 256, dtype=BF), torch.empty(256, 256, dtype=BF))
+    with pytest.raises(ConfigError, match="no TensorCore clock for tpu-v6e"):
+        matmul.autotune(*args, target="tpu-v6e", evaluator="schedule", budget=5)
+    with pytest.raises(ConfigError, match="does not apply to target 'cpu'"):
+        matmul.autotune(*args, target="cpu", evaluator="schedule", budget=5)
+
+
+@pytest.mark.slow
+def test_schedule_evaluator_reprices_the_best_modelled_configs(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two configs re-priced from the compiler's schedule, tried first in schedule order; the
+    winner is cached under the schedule's own key, which later calls prefer."""
+    from kernel_dsl.autotune import tuner
+
+    monkeypatch.setenv("KD_CACHE_DIR", str(tmp_path))
+    args = (torch.empty(1024, 1024, dtype=BF), torch.empty(1024, 1024, dtype=BF))
+    res = matmul.autotune(*args, target="tpu-v5e", evaluator="schedule", rerank=2, budget=120)
+    priced = [c for c in res.candidates if c.priced_by is not None]
+    assert res.evaluator == "schedule" and len(priced) == 2, res.table()
+    for c in priced:  # a schedule under the MXU's peak time is not a cycle count: model price
+        assert c.priced_by in ("schedule", "model: schedule unusable"), c
+    assert res.best is not None and res.best_candidate in priced, res.table()
+    assert res.best_candidate.seconds == min(c.seconds for c in priced)
+    assert f"({res.best_candidate.priced_by})" in res.table()
+    ir = matmul.ir(*args)
+    key = tuner.cache_key(matmul, ir, "pallas", "tpu-v5e", "schedule")
+    assert tuner.cached_best(tuner.TuningCache(version=tuner.__version__), key)[0] == res.best
+    assert tuner.tuned_config(matmul, ir, "pallas", "tpu-v5e") == res.best
+    assert matmul.autotune(*args, target="tpu-v5e", evaluator="schedule", budget=120).from_cache

@@ -8,12 +8,14 @@
 Files, one job each: signature.py (the "x[m,k], y[k,n]" grammar), case.py (one example and its
 inputs), strategies.py (hypothesis strategies: size pools, configs), tolerance.py (the
 tolerance policy), snippet.py (runnable reproduction), report.py (summary table, progress),
-profiles.py (CI and long profiles), search.py (`fuzz` itself: the hypothesis search).
+profiles.py (CI and long profiles), search.py (`fuzz` itself: the hypothesis search), random.py
+(`reference_rand`: kd.rand's stream in plain torch).
 """
 from __future__ import annotations
 
 from .case import Case, build_args, make_input, poison_outputs
 from .profiles import CI, LONG, Profile, active
+from .random import reference_rand, reference_randint, reference_random_bits
 from .report import FuzzResult, ProgressBar
 from .search import DEFAULT_DTYPES, DEFAULT_VALUES, fuzz, replay
 from .signature import Signature, parse
@@ -24,5 +26,6 @@ from .tolerance import TOLERANCES, Comparison, Tolerance, compare
 __all__ = [
     "CI", "DEFAULT_DTYPES", "DEFAULT_VALUES", "LONG", "Case", "Comparison", "FuzzResult", "Profile",
     "ProgressBar", "Signature", "TOLERANCES", "Tolerance", "active", "build_args", "compare",
-    "dim_pool", "fuzz", "load_object", "make_input", "parse", "poison_outputs", "replay",
+    "dim_pool", "fuzz", "load_object", "make_input", "parse", "poison_outputs",
+    "reference_rand", "reference_randint", "reference_random_bits", "replay",
 ]

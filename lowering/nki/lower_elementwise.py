@@ -69,7 +69,8 @@ INT_WRAP = {"i8": (8, True), "u8": (8, False), "i16": (16, True)}  # bits, signe
 
 def int32_operand(w: Writer, v: Value, rc: Core, ro: str) -> Tile:
     """`v` as a full int32 tile of the result's shape (exact: int8/uint8/int16 values fit)."""
-    o = w.operand(v, rc, ro)
+    with at(w, v):  # any broadcast goes next to v's definition, before the code that uses it
+        o = w.operand(v, rc, ro)
     if o.kind == "scalar":
         return w.splat(o.expr, rc.phys(ro), "i32")
     with at(w, v):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from kernel_dsl import host_views
 from kernel_dsl.bounded import Bounded
 from kernel_dsl.errors import BackendError
 from kernel_dsl.runtime_scalars import kernel_inputs
@@ -86,7 +87,8 @@ def make_neuron_op(ops: KernelOps) -> Any:
             target = host_target()
             config = kernel.config if kernel.config is not None else default_config(ir, target)
             gen = render(ir, config, target)
-            caller = callers[key] = wrap_nki(load_source(gen.source, gen.entry))[1]
+            caller = callers[key] = host_views.wrap(  # host views around the kernel
+                ir.host, wrap_nki(load_source(gen.source, gen.entry))[1])
         out = caller(*kernel_inputs(args, scalars=kernel.runtime_scalars))  # floats: [1, 1] f32
         return list(out) if isinstance(out, (tuple, list)) else [out]
 

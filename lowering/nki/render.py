@@ -42,6 +42,26 @@ def check_knobs(ir: KernelIR, config: Config) -> None:
                           "kd.block_size knobs); loop_mode and other knobs belong to other backends")
 
 
+def check_no_gather(ir: KernelIR) -> None:
+    """NKI's vector-indexed DMA (`.ap(vector_offset=)`) is not modelled by our interpreter
+    (docs/nki.md), so gathers, scatters and atomics through index tiles are not lowered."""
+    for op in ir.body.walk():
+        if op.kind == "store" and op.attrs.get("atomic"):
+            raise ConfigError(
+                f"the NKI lowering does not render `kd.atomic_{op.attrs['atomic']}` (into "
+                f"`{op.attrs['tensor'].name}`) yet", op.loc,
+                "accumulate in a loop-carried tile and store it once, or use the pallas or "
+                "triton backend")
+        if op.kind in ("load", "store") and any(ix.kind == "gather" for ix in op.attrs["index"]):
+            what = "gather from" if op.kind == "load" else "scatter into"
+            raise ConfigError(
+                f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through an index "
+                "tile: per-partition indirect DMA is not modelled by kernel_dsl's NKI "
+                "interpreter", op.loc, "gather or scatter in PyTorch around the kernel "
+                "(`emb[ids]`, `out.index_add_(0, ids, v)`) and pass the result; or use the "
+                "pallas or triton backend")
+
+
 def check_dtypes(ir: KernelIR, tgt: Target) -> None:
     """torch's float8_e4m3fn is NKI's float8_e4m3fn, a NeuronCore-v4 type (notes/nki.md §2). The
     older cores' float8_e4m3 is another format (IEEE-style: inf and NaN, largest 240)."""
@@ -63,6 +83,7 @@ def write(ir: KernelIR, config: Config, target: str) -> tuple[Writer, list[str]]
     tgt = target_of(target, ir)
     check_dtypes(ir, tgt)
     check_knobs(ir, config)
+    check_no_gather(ir)
     ir = expand(ir)  # `//`, `%`, rounding, log1p/expm1: no NKI instruction of their own
     blocks = block_values(ir, config)
     em = Emitter(indent=1)

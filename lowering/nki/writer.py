@@ -297,11 +297,35 @@ class Writer:
         self.loc = saved
         self.em.pop()
 
+    def _int32_broadcast(self, t: Tile, spread: Callable[[Tile], Tile]) -> Tile:
+        """Broadcasts an int32 tile exactly. Both broadcasts run in float32, exact only below
+        2**24, so the value goes as two halves (`t >> 16` and `t & 0xFFFF`, each exact in f32),
+        which are cast back and joined: `(hi << 16) | lo`."""
+        halves = []
+        for part, op, k in (("hi", "nl.right_shift", 16), ("lo", "nl.bitwise_and", 0xFFFF)):
+            h = Tile(self.fresh(f"{t.name}_{part}"), t.phys, "i32", t.dims)
+            self.alloc(h.name, h.phys, "i32", dims=h.dims)
+            kt = self.const_tile(f"k{k}", t.phys, "i32", str(k))
+            self.line(f"nisa.tensor_tensor(dst={h.name}, data1={t.name}, data2={kt}, op={op})")
+            halves.append(self.cast(spread(self.cast(h, "f32")), "i32"))
+        hi, lo = halves
+        out = Tile(self.fresh(f"{t.name}_w"), hi.phys, "i32", hi.dims)
+        self.alloc(out.name, out.phys, "i32", dims=out.dims)
+        k16 = self.const_tile("k16", hi.phys, "i32", "16")
+        self.line(f"nisa.tensor_tensor(dst={out.name}, data1={hi.name}, data2={k16}, op=nl.left_shift)",
+                  comment="an int32 broadcast, exact: two 16-bit halves")
+        self.line(f"nisa.tensor_tensor(dst={out.name}, data1={out.name}, data2={lo.name}, "
+                  "op=nl.bitwise_or)")
+        return out
+
     def broadcast_partitions(self, t: Tile, p: int) -> Tile:
         """(1, F) -> (p, F): `ones(1, p).T @ row` on TensorE (K = 1, so each output element is
         exactly 1 * row[j]), in moving chunks of 512."""
         key = t.key(f"b{p}")
         if key in self.converted:
+            return self.converted[key]
+        if t.dtype == "i32":
+            self.converted[key] = self._int32_broadcast(t, lambda h: self.broadcast_partitions(h, p))
             return self.converted[key]
         src = t if t.dtype in ("f32", "bf16", "f16") else self.cast(t, "f32")
         ones = self.const_tile("ones", (1, p), src.dtype, "1.0")
@@ -320,6 +344,8 @@ class Writer:
     def broadcast_free(self, t: Tile, f: int) -> Tile:
         """(P, 1) -> (P, f): `zeros + t` with `t` as a per-partition operand."""
         key = t.key(f"x{f}")
+        if key not in self.converted and t.dtype == "i32":
+            self.converted[key] = self._int32_broadcast(t, lambda h: self.broadcast_free(h, f))
         if key not in self.converted:
             p = t.phys[0]
             zeros = self.const_tile("zeros", (p, f), "f32", "0.0")

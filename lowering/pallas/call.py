@@ -45,6 +45,8 @@ def pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
     # its sublane dim) must see those steps on one core: that axis is "arbitrary"
     shared = {plan.grid_tiles.index(a.tile) for p in outs for a in plan.axes[p.name]
               if a.pick and a.tile is not None}
+    if plan.shared:  # atomics and scatters: read-modify-write of one resident block, in order
+        shared = set(range(len(ir.grid)))
     sem = ["arbitrary" if i in shared else "parallel" for i in range(len(ir.grid))] + \
         (["arbitrary"] if plan.loop_axis else [])
     nargs = len(plan.grid)

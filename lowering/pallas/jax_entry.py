@@ -7,6 +7,7 @@ import torch
 
 from kernel_dsl.config import Config
 from kernel_dsl.dtypes import TORCH_TO_IR
+from kernel_dsl.errors import BackendError
 from kernel_dsl.runtime_scalars import HIDDEN_SHAPE, is_runtime
 
 from .runner import jax, jax_function  # JAX comes through .runner, kept off libtpu without a TPU
@@ -46,6 +47,14 @@ class JaxKernel:
         if fn is None:
             gen = self.kernel.generated(*metas, backend="pallas", config=self.config,
                                         target=self.target)
+            ir = self.kernel.ir(*metas)
+            if ir.host is not None:  # torch views of arguments and outputs are not made for JAX
+                raise BackendError(
+                    f"kernel `{self.kernel.name}` makes views of its arguments or outputs in host "
+                    "code (`x.view(...)`, `w.T`, `return out.view(...)`), which the JAX/TorchTPU "
+                    "route does not run yet", ir.loc,
+                    "apply those views to the arrays before and after the call, and index the "
+                    "kernel's own arguments and outputs")
             fn = jax_function(gen, self.interpret)
             self._fns[key] = fn
         # a float argument is a runtime scalar: one more [1, 1] f32 input (runtime_scalars.py)

@@ -18,6 +18,7 @@ from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, TileVar
 from kernel_dsl.tile_bounds import end_max
 
 from .bounds import can_phase
+from .gather import packed_rows, scatter_rows, shared_outputs, smem_index_inputs
 
 
 @dataclass
@@ -49,6 +50,9 @@ class Plan:
     axes: dict[str, list[AxisPlan]]  # param name -> per-axis plan
     grid: tuple[int, ...]
     smem: set[str] = field(default_factory=set)  # inputs read only as scalars: whole, in SMEM
+    # outputs updated by atomics or scatters: whole blocks resident across the grid, every grid
+    # axis "arbitrary" (gather.py)
+    shared: set[str] = field(default_factory=set)
 
     @property
     def loop_axis(self) -> bool:
@@ -93,9 +97,9 @@ def _grid_index(ix: Index) -> TileVar | None:
 
 
 def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[int, int],
-               phase_tiles: set[int]) -> AxisPlan:
+               phase_tiles: set[int], resident: bool = False) -> AxisPlan:
     n = p.shape[axis]
-    grid_index = {_grid_index(ix) for ix in uses}
+    grid_index = {_grid_index(ix) for ix in uses} if not resident else {None}
     from_end = len(p.shape) - 1 - axis
     if uses and len(grid_index) == 1 and None not in grid_index and from_end >= 1:
         g = grid_index.pop()  # x[g, ...] with g a kd.grid index: the BlockSpec walks g
@@ -106,7 +110,7 @@ def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[i
         rows = min(n, 8 * 32 // DTYPE_BITS[p.dtype])
         return AxisPlan("grid", rows, tile=g, pick=rows)
     tiles = [ix.tile for ix in uses if ix.kind == "tile"]
-    if uses and len(tiles) == len(uses):
+    if uses and len(tiles) == len(uses) and not resident:
         first = tiles[0]
         if first.kind == "grid" and all(t is first for t in tiles):
             return AxisPlan("grid", effective_block(first, plan_blocks), tile=first)
@@ -116,6 +120,13 @@ def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[i
         if all(t.id in phase_tiles for t in uniq) and len(blocks) == 1 and p.init is None:
             return AxisPlan("loop", blocks.pop(), loops=uniq)
     padded = n
+    if resident and p.is_output:  # atomics and scatters rewrite aligned row groups (gather.py)
+        rows = scatter_rows(p, axis)
+        padded = max(padded, -(-n // rows) * rows)
+    for ix in uses:  # a gather loads whole groups of packed rows (gather.py)
+        if ix.kind == "gather":
+            rows = scatter_rows(p, axis) if p.is_output else packed_rows(p, axis)
+            padded = max(padded, -(-n // rows) * rows)
     for t in tiles:  # a resident axis is padded so the last ragged block's slice stays in bounds
         padded = max(padded, num_blocks(t, plan_blocks) * effective_block(t, plan_blocks))
         if t.bounded:  # kd.tile(begin, end): a block starts at lo + i * eb, below the end
@@ -139,20 +150,24 @@ def make_plan(ir: KernelIR, config_blocks: dict[int, int], loop_mode: str) -> Pl
                 off += n
     phase_tiles = {ph.tile.id for ph in phases}
     acc = _accesses(ir)
+    shared = shared_outputs(ir)
     axes: dict[str, list[AxisPlan]] = {}
     for p in ir.params:
         axes[p.name] = [
-            _axis_plan(p, a, [ix[a] for ix in acc[p.name]], config_blocks, phase_tiles)
+            _axis_plan(p, a, [ix[a] for ix in acc[p.name]], config_blocks, phase_tiles,
+                       resident=p.name in shared)
             for a in range(len(p.shape))
         ]
     grid = tuple(num_blocks(t, config_blocks) for t in ir.grid)
     if phases:
         grid += (sum(ph.steps for ph in phases),)
     smem = {p.name for p in ir.inputs if _scalar_reads_only(p, acc[p.name])}
+    inputs = {p.name for p in ir.inputs}
+    smem |= smem_index_inputs(ir) & inputs  # index tiles of gathers are read lane by lane
     for name in smem:
         p = next(q for q in ir.params if q.name == name)
         axes[name] = [AxisPlan("resident", n) for n in p.shape]
-    return Plan(config_blocks, list(ir.grid), phases, axes, grid, smem)
+    return Plan(config_blocks, list(ir.grid), phases, axes, grid, smem, shared)
 
 
 def _scalar_reads_only(p: TensorParam, uses: list[tuple[Index, ...]]) -> bool:

@@ -6,9 +6,9 @@ from kernel_dsl.errors import BackendError, ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
 
 from .. import Generated
-from . import bounds
+from . import bounds, gather
 from .call import Scratch, pallas_call
-from .plan import LoopPhase, Plan, plan_for
+from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, plan_for
 from .syntax import JNP, lit, tup
 from .targets import tpu_target
 
@@ -102,6 +102,8 @@ class _KernelWriter:
         self.names: dict[int, str] = {}
         self.tile_index: dict[int, str] = {}  # TileVar.id -> name of its block index
         self.value_shapes: set[tuple[tuple[int, ...], str]] = set()  # for the VMEM estimate
+        self.scratch: list[Scratch] = []  # VMEM scratch of gathers (render adds the rest)
+        self.lane_only = gather.lane_only_values(ir)
         for pos, t in enumerate(ir.grid):
             self.tile_index[t.id] = f"i_{t!r}"
 
@@ -130,7 +132,16 @@ class _KernelWriter:
     def store(self, op: Op, x: str) -> None:
         """A block store; lanes of a ragged `kd.tile(begin, end)` block past its end keep what
         the tensor holds there (other tiles' lanes past the axis land in padding)."""
+        if gather.lane_form(op):
+            return gather.render_lane_scatter(self, op, x)
+        if gather.gather_entry(op) is not None:
+            return gather.render_scatter(self, op, x)
+        if gather.dyn_row(self.plan, op) is not None:
+            return gather.render_dyn_row(self, op, x)
         ref = self.ref_index(op)
+        at = op.attrs.get("atomic")
+        if at:  # TPU has no atomics; grid steps run in order on one core (plan.shared)
+            x = gather.ATOMIC[at].format(ref, x)
         v = op.operands[0]
         dims = [ix for ix in op.attrs["index"] if ix.kind not in ("int", "dyn")]
         conds = [self.lanes_in_range(ix.tile, v.shape, axis) for axis, ix in enumerate(dims)
@@ -146,10 +157,15 @@ class _KernelWriter:
         self.names[v.id] = name
         self.em.line(f"{name} = {expr}", op)
 
-    def ref_index(self, op: Op) -> str:
+    def ref_index(self, op: Op, gather: str | None = None, row: tuple[int, str] | None = None) -> str:
+        """The ref subscript of a load or store; `gather` is the entry of a gather axis, `row`
+        (axis, entry) replaces one axis's entry."""
         p = op.attrs["tensor"]
         parts = []
-        for ix, ax, n in zip(op.attrs["index"], self.plan.axes[p.name], p.shape):
+        for axis, (ix, ax, n) in enumerate(zip(op.attrs["index"], self.plan.axes[p.name], p.shape)):
+            if row is not None and axis == row[0]:
+                parts.append(row[1])
+                continue
             if ax.squeezed:  # the BlockSpec picked the element: the ref has no such dim
                 continue
             if ax.pick:  # the block of sublanes holding row g
@@ -164,6 +180,9 @@ class _KernelWriter:
             elif ix.kind == "dyn":  # one element at a device scalar (a kd.grid index, ...)
                 assert ix.scalar is not None
                 parts.append(self.n(ix.scalar))
+            elif ix.kind == "gather":  # one lane's row (gather.py writes the loop around it)
+                assert gather is not None
+                parts.append(gather)
             else:
                 parts.append(str(ix.value))
         if all(s == ":" for s in parts):
@@ -173,13 +192,19 @@ class _KernelWriter:
     # -- ops -----------------------------------------------------------------------------------
     def op(self, op: Op) -> None:
         k, a = op.kind, op.attrs
+        if op.results and op.results[0].id in self.lane_only:  # recomputed per lane (gather.py)
+            return
         ins = [self.n(v) for v in op.operands]
         if k == "loop":
             return self.inner_loop(op)
         if k == "store":
             return self.store(op, ins[0])
         r = op.result
-        if k == "load":
+        if k == "load" and gather.lane_form(op):
+            expr = gather.render_lane_gather(self, op)
+        elif k == "load" and gather.gather_entry(op) is not None:
+            expr = gather.render_gather(self, op)
+        elif k == "load":
             expr = self.ref_index(op)
         elif k == "const":
             expr = f"{JNP[r.dtype]}({lit(a['value'])})"
@@ -443,8 +468,20 @@ def _later_uses(segments: list[list[Op]], phases: list[LoopPhase]) -> dict[int, 
 def _init_outputs(w: _KernelWriter) -> None:
     for p in w.ir.outputs:
         if p.init is not None:
+            first = " & ".join(f"(i_{t!r} == 0)" for t in w.ir.grid)
+            # a block that several steps fill row by row (a kd.grid index on its sublane dim)
+            # is filled on the first of them only: later ones must keep the rows written
+            picked = " & ".join(f"(jax.lax.rem(i_{a.tile!r}, {a.pick}) == 0)"
+                                for a in w.plan.axes[p.name] if a.pick and a.tile is not None)
+            start = 0
+            if p.name in w.plan.shared and first:  # one block for the whole grid: fill it once
+                start = w.em.open(f"@pl.when({first})", f"def _fill_{p.name}():")
+            elif picked:
+                start = w.em.open(f"@pl.when({picked})", f"def _fill_{p.name}():")
             w.em.line(f"{p.name}_ref[...] = jnp.full({p.name}_ref.shape, {lit(p.init)}, "
                       f"{p.name}_ref.dtype)")
+            if start:
+                w.em.close(start, 2)
 
 
 def _no_fp8_dots(ir: KernelIR, target: str) -> None:
@@ -482,8 +519,10 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         _no_fp8_dots(ir, tgt.name)
     if tgt is not None:
         _no_f16_bit_views(ir, tgt.name)
+    gather.check_form(ir)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
-    scratch: list[Scratch] = []
+    gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS)
+    scratch: list[Scratch] = w.scratch
     ins, outs = ir.inputs, ir.outputs
     refs = [f"{p.name}_ref" for p in ins + outs]
     body = _Emitter()

@@ -20,6 +20,7 @@ import torch
 
 from kernel_dsl import dtypes
 from kernel_dsl.bounded import Bounded
+from kernel_dsl.host_views import kernel_tensors
 from kernel_dsl.runtime_scalars import kernel_inputs
 
 from .. import Generated
@@ -45,7 +46,7 @@ class CudaLauncher:
     def __init__(self, ops: KernelOps, interpret: bool = False):
         self.kernel = ops.kernel
         self.interpret = interpret  # CPU tests of the op's body through Triton's interpreter
-        self._cache: dict[tuple[Any, ...], tuple[Generated, Any]] = Bounded()
+        self._cache: dict[tuple[Any, ...], tuple[Generated, Any, Any]] = Bounded()  # + HostViews
 
     def entry(self, args: tuple[Any, ...]) -> tuple[Generated, Any]:
         stand_ins = tuple(_concrete(a) for a in args)
@@ -54,14 +55,15 @@ class CudaLauncher:
         if hit is None:
             gen = self.kernel.generated(*stand_ins, backend="triton",
                                         target="cpu" if self.interpret else TARGET)
-            hit = (gen, kernel_function(gen, self.interpret))
+            hit = (gen, kernel_function(gen, self.interpret), self.kernel.ir(*stand_ins).host)
             self._cache[key] = hit
         return hit
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
-        gen, fn = self.entry(args)
+        gen, fn, host = self.entry(args)
         meta = gen.meta
         tensors = kernel_inputs(args, scalars=self.kernel.runtime_scalars)  # floats: [1, 1] f32
+        tensors = kernel_tensors(host, tensors)  # host views of the arguments (host_views.py)
         device = tensors[0].device
         outs = [torch.empty(shape, dtype=dtypes.IR_TO_TORCH[dt], device=device) if init is None
                 else torch.full(shape, init, dtype=dtypes.IR_TO_TORCH[dt], device=device)
@@ -72,7 +74,8 @@ class CudaLauncher:
                 launch(*tensors, *outs, num_warps=meta["num_warps"], num_stages=meta["num_stages"])
         else:
             launch(*tensors, *outs, num_warps=meta["num_warps"], num_stages=meta["num_stages"])
-        return [outs[i] for i in meta["returns"]]
+        returned = [outs[i] for i in meta["returns"]]
+        return returned if host is None else host.epilogue(returned)
 
 
 def _typed_body(ops: KernelOps, launcher: CudaLauncher) -> Callable[..., list[torch.Tensor]]:

@@ -133,8 +133,11 @@ class _KernelWriter:
         self.em.line(f"{name} = {expr}", op)
 
     # -- memory ----------------------------------------------------------------------------------
-    def address(self, p: TensorParam, index: tuple[Index, ...]) -> tuple[str, str | None]:
-        """(pointer expression, mask expression or None) of `p[index]`."""
+    def address(self, p: TensorParam, index: tuple[Index, ...],
+                store: bool = False) -> tuple[str, str | None]:
+        """(pointer expression, mask expression or None) of `p[index]`. A gather index is
+        clamped into the axis for loads (no out-of-bounds read; an out-of-range index is the
+        user's bug, its lanes unspecified) and masked for stores (such lanes write nothing)."""
         rank = sum(1 for ix in index if ix.kind not in ("int", "dyn"))
         wide = _numel(p.shape) > INT32_MAX  # offsets past 2**31 need int64 arithmetic
         terms: list[str] = []
@@ -151,8 +154,18 @@ class _KernelWriter:
                 o = f"{self.n(ix.scalar)}.to(tl.int64)" if wide else self.n(ix.scalar)
                 terms.append(o if stride == 1 else f"{o} * {stride}")
                 continue
-            d: Dim = ix.tile if ix.kind == "tile" else p.shape[axis]  # type: ignore[assignment]
-            o = expand(self.offs(d), pos, rank)
+            if ix.kind == "gather":  # lane i at element idx[i]; lanes past idx's tile masked
+                assert ix.scalar is not None
+                idx, n, d = self.n(ix.scalar), p.shape[axis], ix.scalar.shape[0]
+                if ix.scalar.dtype != "i32":  # i8 * stride would wrap
+                    idx = f"{idx}.to(tl.int32)"
+                o = expand(f"tl.minimum(tl.maximum({idx}, 0), {n - 1})" if not store else idx,
+                           pos, rank)
+                if store:
+                    masks.append(expand(f"(({idx} >= 0) & ({idx} < {n}))", pos, rank))
+            else:
+                d = ix.tile if ix.kind == "tile" else p.shape[axis]  # type: ignore[assignment]
+                o = expand(self.offs(d), pos, rank)
             if wide:
                 o = f"{o}.to(tl.int64)"
             terms.append(o if stride == 1 else f"{o} * {stride}")
@@ -172,8 +185,13 @@ class _KernelWriter:
         return f"tl.load({ptr}, mask={mask}, other=0)" if mask else f"tl.load({ptr})"
 
     def store(self, op: Op) -> None:
-        ptr, mask = self.address(op.attrs["tensor"], op.attrs["index"])
+        ptr, mask = self.address(op.attrs["tensor"], op.attrs["index"], store=True)
         m = f", mask={mask}" if mask else ""
+        at = op.attrs.get("atomic")
+        if at:  # kd.atomic_*: every lane's update lands, duplicates included
+            self.em.line(f"tl.atomic_{at}({ptr}, {self.n(op.operands[0])}{m}, "
+                         f"sem={op.attrs['sem']!r})", op)
+            return
         self.em.line(f"tl.store({ptr}, {self.n(op.operands[0])}{m})", op)
 
     # -- ops -----------------------------------------------------------------------------------
