@@ -159,8 +159,8 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     lse3 = lse.contiguous().reshape(b * hkv, (h // hkv) * plan.sqb, 1)
     scalars = plan.scalars(sm_scale)
     delta = flash_attention_bwd_delta(o3, do3)
-    on_tpu = q.device.type not in ("cpu", "cuda", "meta")
-    dkv_skip = plan.skip and dkv_skips(q3.shape[1], d, q.element_size(), on_tpu)
+    device = q.device.type if q.device.type in ("cpu", "cuda", "meta") else "tpu"
+    dkv_skip = plan.skip and dkv_skips(q3.shape[1], d, q.element_size(), device)
     dk, dv_ = flash_attention_bwd_dkv(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars[:4],
                                       dkv_skip)
     dq = flash_attention_bwd_dq(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars)

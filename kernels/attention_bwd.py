@@ -49,22 +49,24 @@ def query_spans(tk: Any, rows: int, seq_q: int, offset: int, skip: bool) -> list
             for g in range(rows // seq_q)]
 
 
-def dkv_skips(rows: int, d: int, itemsize: int, on_tpu: bool) -> bool:
+def dkv_skips(rows: int, d: int, itemsize: int, device: str) -> bool:
     """Whether dK/dV may skip query blocks. Its query loop then starts at a row known only
     where the kernel runs, so Pallas keeps the query side resident in VMEM: q and dO rows, plus
     lse, delta and qpos columns padded to 128 lanes, all double-buffered. Where that takes more
     than half the chip's VMEM (v4's 16 MiB at 8192 rows of d=128), no config fits. dK/dV then
     visits every query block, masked, as before block skipping; the forward and dQ still skip.
-    Other backends have no such limit."""
-    resident = 2 * rows * (2 * d * itemsize + 3 * 128 * 4)
-    if resident <= 8 * 2**20:  # half of the smallest VMEM (v4): fits every generation
-        return True
-    if not on_tpu:
+    `device`: "cuda" (Triton: no such limit), "tpu" (the TPU route's chip), or anything else
+    (CPU, meta: the call may be exported or checked for any TPU, so the smallest VMEM)."""
+    if device == "cuda":
         return True
     from kernel_dsl.lowering.pallas.targets import TARGETS
-    from kernel_dsl.tpu_adapter import route_target
 
-    return resident <= TARGETS[route_target()].vmem_bytes // 2
+    vmem = min(t.vmem_bytes for t in TARGETS.values())
+    if device == "tpu":
+        from kernel_dsl.tpu_adapter import route_target
+
+        vmem = TARGETS[route_target()].vmem_bytes
+    return 2 * rows * (2 * d * itemsize + 3 * 128 * 4) <= vmem // 2
 
 
 @library_kernel

@@ -149,7 +149,7 @@ def _attention_fn(causal: bool, scale: float, offset: int) -> Any:
         qpos = _qpos(h // hkv, sq, causal)
         delta = flash_attention_bwd_delta.jax(_fold(out, hkv), do3)
         scalars = (scale, causal, offset, sq, causal)
-        dkv_skip = causal and dkv_skips(q3.shape[1], d, q.dtype.itemsize, on_tpu=True)
+        dkv_skip = causal and dkv_skips(q3.shape[1], d, q.dtype.itemsize, "tpu")
         dk, dv = flash_attention_bwd_dkv.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars[:4],
                                              dkv_skip)
         dq = flash_attention_bwd_dq.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars)

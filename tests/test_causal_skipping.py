@@ -105,14 +105,30 @@ def test_modelled_causal_time_against_non_causal(target: str, bound: float) -> N
 def test_dkv_skips_only_where_its_resident_rows_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Skipping dK/dV keeps the query side resident in VMEM: at 8192 rows of d=128 bf16 (32 MiB
     double-buffered) that fits v5e's 128 MiB but not v4's 16 MiB, where dK/dV then visits every
-    query block. Off the TPU route there is no limit."""
+    query block. Off a TPU the call may be compiled for any TPU: the smallest VMEM decides;
+    Triton has no such limit."""
     from kernel_dsl import tpu_adapter
     from kernel_dsl.kernels.attention_bwd import dkv_skips
 
     monkeypatch.setattr(tpu_adapter, "route_target", lambda: os.environ["KD_TPU_TARGET"])
-    assert dkv_skips(2048, 128, 2, on_tpu=True)  # 8 MiB: fits every generation, target unread
-    assert dkv_skips(8192, 128, 2, on_tpu=False)
+    assert dkv_skips(2048, 128, 2, "cpu")  # 8 MiB: fits every generation
+    assert not dkv_skips(8192, 128, 2, "cpu") and not dkv_skips(8192, 128, 2, "meta")
+    assert dkv_skips(8192, 128, 2, "cuda")
     monkeypatch.setenv("KD_TPU_TARGET", "tpu-v5e")
-    assert dkv_skips(8192, 128, 2, on_tpu=True)
+    assert dkv_skips(8192, 128, 2, "tpu")
     monkeypatch.setenv("KD_TPU_TARGET", "tpu-v4")
-    assert not dkv_skips(8192, 128, 2, on_tpu=True)
+    assert not dkv_skips(8192, 128, 2, "tpu")
+
+
+def test_bf16_dkv_with_batched_blocks_runs_in_interpret_mode() -> None:
+    """XLA:CPU has no batched bf16 x bf16 -> f32 dot inside a loop: the CPU rendering takes f32
+    copies (exact: bf16 products fit f32), so the tuner's CPU check of such a config runs."""
+    q, k, v, do, qpos = (t.to(torch.bfloat16) if t.is_floating_point() else t
+                         for t in _inputs(1, 37, 37, d=16))
+    out, lse = _run(flash_attention_fwd, "pallas", (q, k, v, qpos, 0.25, True, 0, 37, True),
+                    [2, 16, 16])
+    delta = (out.float() * do.float()).sum(-1, keepdim=True)
+    bwd = (q, k, v, do, lse, delta, qpos, 0.25, True, 0, 37)
+    got = [_run(flash_attention_bwd_dkv, "pallas", (*bwd, True), b) for b in ([2, 16, 16], [1, 16, 16])]
+    for a, b in zip(*got):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)

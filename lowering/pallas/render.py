@@ -99,6 +99,7 @@ class _KernelWriter:
         self.plan = plan
         self.em = em
         self.nan_fixup = nan_fixup  # see NAN_FIXUP
+        self.xla_cpu = nan_fixup  # rendered for interpret mode: XLA:CPU runs it
         self.names: dict[int, str] = {}
         self.tile_index: dict[int, str] = {}  # TileVar.id -> name of its block index
         self.value_shapes: set[tuple[tuple[int, ...], str]] = set()  # for the VMEM estimate
@@ -302,7 +303,13 @@ class _KernelWriter:
                     f".reshape({self.shape(op.result.shape)})")
         else:
             batch = tuple(range(r - 2))
-            expr = (f"jax.lax.dot_general({ins[0]}, {ins[1]}, ((({r - 1},), ({r - 2},)), "
+            x, y = ins[:2]
+            if self.xla_cpu and a.dtype in ("bf16", "f16"):
+                # XLA:CPU has no batched bf16 x bf16 -> f32 dot inside a loop ("Unsupported
+                # element type for DotThunk"); f32 copies give the same result: 16-bit float
+                # products are exact in f32, and the sum is in f32 either way
+                x, y = f"{x}.astype(jnp.float32)", f"{y}.astype(jnp.float32)"
+            expr = (f"jax.lax.dot_general({x}, {y}, ((({r - 1},), ({r - 2},)), "
                     f"({batch}, {batch})), {kw})")
         if len(op.operands) == 3:
             acc = op.operands[2]
