@@ -12,6 +12,9 @@ depend on the backend. FSDP2 runs on Pallas, the default CPU backend.
 """
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -70,6 +73,8 @@ def test_numpy_view_keeps_the_tensor_alive_and_takes_any_strides() -> None:
 # -- multi-process helpers -------------------------------------------------------------------------
 def _entry(rank: int, fn: Callable[..., None], init_method: str, backend: str,
            args: tuple[Any, ...]) -> None:
+    # A C++ abort in a worker leaves no Python traceback; this prints every thread's stack.
+    faulthandler.enable(all_threads=True)
     torch.set_num_threads(1)  # WORLD processes share the cores
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=120))
@@ -77,8 +82,15 @@ def _entry(rank: int, fn: Callable[..., None], init_method: str, backend: str,
         torch.manual_seed(0)  # every rank makes the same full tensors
         with kd.backend(backend):
             fn(rank, *args)
+        dist.barrier()  # no rank tears down while another still talks to it
     finally:
         dist.destroy_process_group()
+    # Everything was checked. Skip the interpreter's teardown: a loaded CI machine once saw a
+    # worker abort there ("terminate called without an active exception", SIGABRT, no Python
+    # frame), the known way C++ threads (gloo's, torch's pools) die when finalization stops them.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def spawn(tmp_path: Any, fn: Callable[..., None], *args: Any, backend: str = "pallas") -> None:
