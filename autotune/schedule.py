@@ -73,6 +73,10 @@ class ScheduleDumpError(RuntimeError):
     """The compiler's dump is missing or not in the form this parser reads."""
 
 
+class CompileFailed(ScheduleDumpError):
+    """The compile itself failed: the config does not build for the target (no dump at all)."""
+
+
 @dataclass
 class Loop:
     start: int  # index of its first bundle
@@ -229,7 +233,7 @@ def bundle_profile(kernel: Any, args: tuple[Any, ...], config: Config, target: s
     """Compile `kernel(*args)` (or a KernelIR, with args ignored) under `config` for a TPU
     target and return the kernel body's schedule: total static bundles, loops (static bundles,
     trip counts), forward-branch regions, per-grid-step bundles, clock, compile seconds.
-    Raises ScheduleDumpError when the compile fails or the dump is unusable."""
+    Raises CompileFailed when the compile fails, ScheduleDumpError when the dump is unusable."""
     from kernel_dsl.lowering.pallas.targets import TARGETS
 
     tgt = TARGETS[target]
@@ -240,7 +244,7 @@ def bundle_profile(kernel: Any, args: tuple[Any, ...], config: Config, target: s
         res = _compile_with_dump(gen, specs, tgt.topology, dump, timeout)
         wall = time.perf_counter() - t0
         if res.get("status") != "ok":
-            raise ScheduleDumpError(f"compile failed on {target}: {res.get('message', '')[:2000]}")
+            raise CompileFailed(f"compile failed on {target}: {res.get('message', '')[:2000]}")
         sched, files = read_dump(dump)
     return _profile(sched, ir, config, target, tgt, files,
                     {"compile_s": res.get("compile_s"), "wall_s": round(wall, 2)})
@@ -351,7 +355,9 @@ def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
     invalid) from the compiler's schedule: one libtpu compile per call (~5-15 s). Configs the
     lowering rejects or that fail to compile are inf; with `fallback`, a config whose dump is
     unusable (ScheduleDumpError other than a failed compile) gets the analytical model's
-    seconds, and `log` records which evaluator decided each config. `with_dma_issue` adds the
+    seconds, and `log` records which evaluator decided each config and whether the config
+    compiled for the target (`compiled`: the same compile as lowering/pallas/check.py's first
+    one, so the autotuner need not compile it again to verify it). `with_dma_issue` adds the
     analytical model's fitted per-DMA issue / wait cost (docs/schedule_evaluator.md: without it
     small blocks come out 3.5x too fast). Not the default path:
     `search.run(name, space, start, schedule_objective(ir, target), budget_s)`."""
@@ -360,7 +366,7 @@ def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
     tgt = TARGETS[target]
 
     def objective(cfg: Config) -> float:
-        entry: dict[str, Any] = {"config": cfg.to_json()}
+        entry: dict[str, Any] = {"config": cfg.to_json(), "compiled": False}
         if target not in CLOCK_HZ and fallback:  # no clock: the compile could not be used
             entry.update(evaluator="analytical", reason=f"no clock known for {target}",
                          seconds=cost_model.estimate(ir, cfg, tgt).seconds)
@@ -369,6 +375,7 @@ def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
             return float(entry["seconds"])
         try:
             prof = bundle_profile(ir, (), cfg, target)
+            entry["compiled"] = True
             est = schedule_estimate(ir, cfg, target, prof)
             if est["compute_step_s"] < 0.98 * est["mxu_floor_step_s"]:
                 # e.g. v5e matmul steps with a 1024-wide output block: fewer bundles than MXU
@@ -380,7 +387,8 @@ def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
             entry.update(evaluator="schedule", wall_s=prof["wall_s"],
                          seconds=est["seconds_with_dma_issue" if with_dma_issue else "seconds"])
         except ScheduleDumpError as e:
-            if str(e).startswith("compile failed") or not fallback:
+            entry["compiled"] = entry["compiled"] or not isinstance(e, CompileFailed)
+            if isinstance(e, CompileFailed) or not fallback:
                 entry.update(evaluator="schedule", seconds=math.inf, reason=str(e)[:300])
             else:
                 entry.update(evaluator="analytical", reason=str(e)[:300],

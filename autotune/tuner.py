@@ -249,7 +249,9 @@ def _rerank_by_schedule(ir: KernelIR, target: str, ranked: list[Candidate], rera
     """Re-prices the `rerank` best-modelled candidates from the compiler's schedule (with the
     model's fitted per-DMA issue cost, without which small blocks come out ~3.5x too fast:
     docs/schedule_evaluator.md) and puts them first, in schedule order. A config whose compile
-    fails is settled as failed here; one whose dump is unusable keeps its model price."""
+    fails is settled as failed here; one whose dump is unusable keeps its model price. A config
+    whose pricing compile succeeded is `compiled`: that was the verification compile, so
+    tune_model checks it on CPU without compiling it again."""
     from .schedule import schedule_objective
 
     head = [c for c in ranked[:rerank] if c.status == "unverified"]
@@ -265,6 +267,8 @@ def _rerank_by_schedule(ir: KernelIR, target: str, ranked: list[Candidate], rera
         if math.isinf(seconds):
             c.status, c.reason = "failed", f"schedule: {entry.get('reason', '')[:200]}"
         else:
+            if entry.get("compiled"):
+                c.status = "compiled"
             if c.utilization is not None and c.seconds:  # same FLOPs, the new time
                 c.utilization *= c.seconds / seconds
             c.seconds, c.priced_by = seconds, entry["evaluator"]
@@ -272,9 +276,10 @@ def _rerank_by_schedule(ir: KernelIR, target: str, ranked: list[Candidate], rera
                 c.priced_by = "model: schedule unusable"
                 progress(f"kept the model's price: {entry.get('reason', '')[:200]}")
         priced.append(c)
-    first = sorted((c for c in priced if c.status == "unverified"), key=lambda c: c.seconds or math.inf)
+    usable = ("unverified", "compiled")
+    first = sorted((c for c in priced if c.status in usable), key=lambda c: c.seconds or math.inf)
     rest = [c for c in ranked if c not in priced]
-    return first + [c for c in priced if c.status != "unverified"] + rest
+    return first + [c for c in priced if c.status not in usable] + rest
 
 
 def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
@@ -363,6 +368,9 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
                 if c.status == "compiled":  # compiled, not verified: the search ended first
                     c.status = "unverified"
             record([c for c in batch if c.status in SETTLED and c.config not in prior])
+    for c in ranked:  # compiled while priced by the schedule, never reached for checking
+        if c.status == "compiled":
+            c.status = "unverified"
     res.candidates = list(by_cfg.values())
     res.wall_s = time.monotonic() - t0
     return res

@@ -132,3 +132,40 @@ def test_schedule_evaluator_reprices_the_best_modelled_configs(tmp_path, monkeyp
     assert tuner.cached_best(tuner.TuningCache(version=tuner.__version__), key)[0] == res.best
     assert tuner.tuned_config(matmul, ir, "pallas", "tpu-v5e") == res.best
     assert matmul.autotune(*args, target="tpu-v5e", evaluator="schedule", budget=120).from_cache
+
+
+def test_a_config_compiled_for_its_schedule_is_not_compiled_again(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The schedule's compile is the verification compile (issue 17, item 2): configs whose
+    pricing compile succeeded go straight to the CPU check; only the others are compiled."""
+    from kernel_dsl.autotune import cost_model
+    from kernel_dsl.check import CheckEntry
+    from kernel_dsl.lowering.pallas import BACKEND
+    from kernel_dsl.lowering.pallas.targets import TARGETS
+
+    monkeypatch.setenv("KD_CACHE_DIR", str(tmp_path))
+    args = (torch.empty(256, 256, dtype=BF), torch.empty(256, 256, dtype=BF))
+    priced: list[str] = []
+
+    def fake_objective(ir, target, *, with_dma_issue=False, log=None, **_):  # type: ignore[no-untyped-def]
+        def objective(cfg: Config) -> float:  # a stand-in for the libtpu compile with dumps
+            seconds = cost_model.estimate(ir, cfg, TARGETS[target]).seconds
+            log.append({"config": cfg.to_json(), "compiled": True, "evaluator": "schedule",
+                        "seconds": seconds})
+            priced.append(cfg.to_json())
+            return seconds
+        return objective
+
+    compiled: list[str] = []
+
+    def fake_check(ir, gens, timeout, measure_vmem, deadline=None):  # type: ignore[no-untyped-def]
+        compiled.extend(g.config.to_json() for g in gens)  # the others: "fail" to compile
+        return [CheckEntry(g.target, "failed", g.config.to_json(), "compile", "stand-in")
+                for g in gens]
+
+    monkeypatch.setattr(schedule, "schedule_objective", fake_objective)
+    monkeypatch.setattr(BACKEND, "check", fake_check)
+    res = matmul.autotune(*args, target="tpu-v5e", evaluator="schedule", rerank=2, budget=60)
+    assert len(priced) == 2 and not set(priced) & set(compiled)
+    assert res.best is not None and res.best_candidate.config in priced, res.table()
+    assert res.best_candidate.status == "ok" and res.best_candidate.priced_by == "schedule"
+    assert all(c.status != "compiled" for c in res.candidates)
