@@ -17,7 +17,6 @@ IR_TO_TORCH = {v: k for k, v in TORCH_TO_IR.items()}
 
 _WHY_NOT = {
     torch.float64: "TPUs and Trainium have no float64 units; use torch.float32",
-    torch.int64: "the backends compute in 32-bit integers; use torch.int32",
     torch.complex64: "complex tensors are not supported; split real and imaginary parts",
 }
 
@@ -26,8 +25,13 @@ def unsupported_reason(dtype: torch.dtype) -> str:
     return _WHY_NOT.get(dtype, "supported dtypes: " + ", ".join(str(d) for d in TORCH_TO_IR))
 
 
+# int64 is narrowed at the kernel boundary and computed as int32 (kernel_dsl/wide_ints.py); not
+# in TORCH_TO_IR, so IR_TO_TORCH["i32"] stays torch.int32
+NARROWED: dict[torch.dtype, str] = {torch.int64: "i32"}
+
+
 def to_ir(dtype: torch.dtype) -> str | None:
-    return TORCH_TO_IR.get(dtype)
+    return TORCH_TO_IR.get(dtype) or NARROWED.get(dtype)
 
 
 INT_BITS = {"i32": 32, "i16": 16, "i8": 8, "u8": 8}

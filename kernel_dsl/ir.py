@@ -102,6 +102,9 @@ class TensorParam:
     is_output: bool = False
     init: float | None = None  # outputs made with torch.zeros/full start with this value
     arg_index: int | None = None
+    # "i64": the caller's tensor (or the host code's allocation) is int64; the kernel sees it
+    # as `dtype` i32, narrowed before and widened after the call (kernel_dsl/wide_ints.py)
+    host_dtype: str | None = None
 
 
 @dataclass(frozen=True)

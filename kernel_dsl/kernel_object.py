@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import torch
 
-from . import amp, arguments, bucket_plan, buckets, dtypes, guards, host_views, lowering, runtime_scalars
+from . import (amp, arguments, bucket_plan, buckets, dtypes, guards, host_views, lowering,
+               runtime_scalars, wide_ints)
 from .arg_check import (
     autotune_target,
     check_config,
@@ -264,7 +265,7 @@ class Kernel:
         for i, (p, a) in enumerate(zip(self.params, args)):
             if isinstance(a, torch.Tensor):
                 meta = torch.empty(tuple(a.shape), dtype=a.dtype, device="meta")
-                tracer.add_param(meta, p.name, dtypes.TORCH_TO_IR[a.dtype], False, arg_index=i)
+                tracer.add_param(meta, p.name, dtypes.to_ir(a.dtype), False, arg_index=i)
                 call_args.append(meta)
             elif self.runtime_scalars and runtime_scalars.is_runtime(a):  # a hidden input, in
                 # argument order: [1, 1] f32
@@ -341,6 +342,7 @@ class Kernel:
             gen = be.render(ir, self._config_for(ir, be.name, be.cpu_target, config), be.cpu_target)
             self.stats["renders"] += 1
             fn = be.compile(gen, ir, faithful=True) if faithful else be.compile(gen, ir)
+            fn = wide_ints.wrap(ir, fn)  # int64 arguments and outputs: narrowed, widened
             fn = host_views.wrap(ir.host, fn)  # host views of inputs and outputs, around it
             self.stats["compiles"] += 1
             self._compiled[(backend_name, config, faithful) + self.arg_key(args)] = fn  # specialize

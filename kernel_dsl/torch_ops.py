@@ -23,7 +23,7 @@ import torch
 
 from . import amp, arguments
 from .batching import per_element
-from .errors import ArgumentError
+from .errors import ArgumentError, DTypeError
 from .names import identifier
 from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
@@ -181,14 +181,21 @@ class KernelOps:
                 # runs in its graph: the call runs outside the graph (a graph break)
                 return torch._dynamo.disable(lambda *a: self.op(*self.encoded(a)))
             return lambda *a: self.op(*self.encoded(a))
-        device_op = self._device_op(dev)  # made (or its error raised) at the user's call
+        device_op = self._device_op(dev, args)  # made (or its error raised) at the user's call
         if not torch.compiler.is_compiling():
             if dev == "tpu":  # inside jax_op, a bad argument would fail deep in JAX's export
                 self.kernel._validate(args)
             return self.op
         return self.op if torch.compiler.is_exporting() else device_op
 
-    def _device_op(self, dev: str) -> Any:
+    def _device_op(self, dev: str, args: tuple[Any, ...] = ()) -> Any:
+        wide = [p.name for p, a in zip(self.kernel.params, args)
+                if isinstance(a, torch.Tensor) and a.dtype == torch.int64]
+        if wide:  # the device routes pass buffers as they are: no narrowing step (wide_ints.py)
+            raise DTypeError(f"kernel `{self.kernel.name}` got int64 tensors ({', '.join(wide)}) "
+                             f"on `{dev}`: int64 arguments are narrowed to int32 on cpu tensors "
+                             "only for now", user_loc(),
+                             "pass int32 tensors (`ids.int()`) on accelerators")
         cpu_only = [p.name for p, k in zip(self.kernel.params, self.kernel.kinds) if k in _CPU_ONLY]
         if cpu_only:
             raise ArgumentError(f"kernel `{self.kernel.name}` takes {', '.join(cpu_only)} (None-able, "

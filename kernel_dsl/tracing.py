@@ -156,7 +156,8 @@ class Tracer:
     # -- tensor parameters ---------------------------------------------------------------
     def add_param(self, meta: torch.Tensor, name: str, dtype: str, is_output: bool,
                   init: float | None = None, arg_index: int | None = None) -> TensorParam:
-        p = TensorParam(name, tuple(int(d) for d in meta.shape), dtype, is_output, init, arg_index)
+        p = TensorParam(name, tuple(int(d) for d in meta.shape), dtype, is_output, init, arg_index,
+                        "i64" if meta.dtype == torch.int64 else None)
         self.params.append(p)
         self.param_of[id(meta)] = p
         self._keep.append(meta)

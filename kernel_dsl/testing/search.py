@@ -71,7 +71,9 @@ class _State:
 
 def _dtype_name(d: Any) -> str:
     if isinstance(d, torch.dtype):
-        name = kd_dtypes.to_ir(d)
+        name = kd_dtypes.TORCH_TO_IR.get(d)
+        if d in kd_dtypes.NARROWED:  # kernels take it, as int32 (kernel_dsl/wide_ints.py)
+            raise ValueError(f"dtype {d}: kernels compute it as int32, so fuzz with torch.int32")
         if name is None:
             raise ValueError(f"dtype {d} is not one kernels take ({kd_dtypes.unsupported_reason(d)})")
         return name
