@@ -8,11 +8,13 @@
   is a compile-time constant, so `if bias is not None:` is decided while tracing. Schema `Tensor?`.
 - `str` (a mode flag: `activation: str = "gelu"`): a constant keyed by value. Schema `str`.
 - an `enum.Enum` member: a constant keyed by the member. The custom op takes its name (`str`).
-- a callable (annotated `Callable[...]`, or given a function as default): a constant keyed by the
-  function object (identity, as torch.compile guards it), called on tiles in device code and
-  traced inline. A lambda made anew for each call is a new object, hence one trace and build per
-  call (bounded by the kernel's build cache, bounded.py): define it once, outside the loop. It is
-  not in the custom op's schema: the op takes an `int` handle that `encode` gives the function
+- a callable (annotated `Callable[...]`, or given a function as default): a constant, called on
+  tiles in device code and traced inline. A function is keyed by its code and its closure's
+  values (`_callable_key`), so a lambda made anew for each call with the same code reuses the
+  build; other callables by identity. Tensors its closure holds (`captured_tensors`: Helion's
+  `lambda acc, tile: acc + bias[tile[1]]`) are hidden kernel inputs, keyed by shape and dtype and
+  read from the closure at each call; they get no gradient (a call that would need one is
+  refused). It is not in the custom op's schema: the op takes an `int` handle that `encode` gives the function
   (kept in a bounded table, `_CALLABLES`), and its body looks the function up. Under
   torch.compile the handle is made outside the graph (a graph break: `fullgraph=True` is refused,
   see torch_ops.py), as the table changes from Python.
@@ -121,8 +123,66 @@ def is_int_list(a: Any) -> bool:
         isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool) for x in a)
 
 
+def captured_tensors(fn: Any) -> list[tuple[str, torch.Tensor]]:
+    """The tensors a function argument captures, as (variable name, tensor): those its closure
+    holds (in the order of its free variables), then the module globals its code names. Device
+    code may index them (Helion's epilogues: `lambda acc, tile: acc + bias[tile[1]]`): each is
+    lifted to a hidden kernel input, read afresh at every call (kernel_object.py `_trace`,
+    `_run`)."""
+    if not isinstance(fn, types.FunctionType):
+        return []
+    out = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an unbound free variable
+            continue
+        if isinstance(v, torch.Tensor):
+            out.append((name, v))
+    for name in fn.__code__.co_names:
+        v = fn.__globals__.get(name)
+        if isinstance(v, torch.Tensor):
+            out.append((name, v))
+    return out
+
+
+def _callable_key(fn: Any) -> Any:
+    """A function is keyed by its code and what its closure holds (a tensor by shape, dtype and
+    device: its data is a hidden input; any other value by value), so a lambda made anew per
+    call with the same code and constants reuses the build. A closure value that is not
+    hashable keys the function by identity."""
+    if not isinstance(fn, types.FunctionType):
+        return (type(fn), fn)
+    parts = []
+    for cell in fn.__closure__ or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            parts.append(None)
+            continue
+        if isinstance(v, torch.Tensor):
+            parts.append(("tensor", tuple(v.shape), v.dtype, v.device))
+            continue
+        try:
+            hash(v)
+        except TypeError:
+            return (type(fn), fn)
+        parts.append((type(v), v))
+    for name in fn.__code__.co_names:  # global tensors: by shape, dtype and device too
+        v = fn.__globals__.get(name)
+        if isinstance(v, torch.Tensor):
+            parts.append((name, tuple(v.shape), v.dtype, v.device))
+    try:
+        hash(fn.__defaults__)
+    except TypeError:
+        return (type(fn), fn)
+    return (types.FunctionType, fn.__code__, id(fn.__globals__), fn.__defaults__, tuple(parts))
+
+
 def key_part(a: Any) -> Any:
     """A hashable key for a non-tensor argument value (a list is keyed by its items)."""
+    if isinstance(a, types.FunctionType):
+        return _callable_key(a)
     if isinstance(a, (list, tuple)):
         return (type(a), tuple(key_part(x) for x in a))
     try:

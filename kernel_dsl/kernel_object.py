@@ -138,6 +138,7 @@ class Kernel:
                                         f"{p.kind.description}", user_loc(),
                                         "kernel parameters are plain positional arguments")
         self.kinds = [arguments.arg_kind(p, getattr(fn, "__globals__", None)) for p in self.params]
+        self.has_callable = arguments.CALLABLE in self.kinds
         self.config = config if config is not None else (configs[0] if configs else None)
         self.configs_given = list(configs or [])
         self.default_backend = backend
@@ -274,6 +275,15 @@ class Kernel:
                 call_args.append(runtime_scalars.argument(p.name, a, param, i, scalars))
             else:
                 call_args.append(a)
+        for pname, name, t in self._captured(args):  # hidden inputs, after the arguments'
+            meta = torch.empty(tuple(t.shape), dtype=t.dtype, device="meta")
+            dt = dtypes.to_ir(t.dtype)
+            if dt is None:
+                raise DTypeError(f"tensor `{name}` captured by `{pname}` has dtype {t.dtype}",
+                                 user_loc(), dtypes.unsupported_reason(t.dtype))
+            captured = tracer.add_param(meta, f"{pname}_{name}", dt, False)
+            tracer.param_of[id(t)] = captured  # device code indexes the closure's own tensor
+            tracer._keep.append(t)
         try:
             returned = run_traced(self.fn, tracer, call_args, TraceMode(tracer))
             if scalars.specialized - self._specialized:  # from now on keyed by those values
@@ -378,8 +388,31 @@ class Kernel:
         return self.compiled(self.backend_name(), args)
 
     def _run(self, fn: Callable[..., tuple[torch.Tensor, ...]], args: tuple[Any, ...]) -> list[torch.Tensor]:
-        # the tensors, and each runtime float as a [1, 1] f32 input
-        return list(fn(*kernel_inputs(args, scalars=self.runtime_scalars)))
+        # the tensors, and each runtime float as a [1, 1] f32 input; then captured tensors
+        tensors = kernel_inputs(args, scalars=self.runtime_scalars)
+        if self.has_callable:
+            tensors += [t.contiguous() for _, _, t in self._captured(args, check=True)]
+        return list(fn(*tensors))
+
+    def _captured(self, args: tuple[Any, ...], check: bool = False
+                  ) -> list[tuple[str, str, torch.Tensor]]:
+        """(parameter, variable, tensor) for each tensor the callable arguments' closures hold."""
+        out = []
+        for p, kind, a in zip(self.params, self.kinds, args):
+            if kind != arguments.CALLABLE:
+                continue
+            for name, t in arguments.captured_tensors(a):
+                if check and t.requires_grad and torch.is_grad_enabled():
+                    raise ArgumentError(
+                        f"tensor `{name}` captured by `{p.name}` requires grad, which a captured "
+                        "tensor cannot get", user_loc(), f"pass `{name}` to the kernel as a "
+                        "tensor argument (the kernel's autograd then sees it), or detach it")
+                if check and t.device.type != "cpu":
+                    raise ArgumentError(f"tensor `{name}` captured by `{p.name}` is on "
+                                        f"{t.device}", user_loc(), "callable arguments run on cpu "
+                                        "tensors: capture cpu tensors")
+                out.append((p.name, name, t))
+        return out
 
     # -- shape buckets (kernel_dsl/buckets.py, bucket_plan.py) ----------------------------------
     def note_dynamic(self, args: tuple[Any, ...]) -> None:
@@ -406,7 +439,8 @@ class Kernel:
         self.note_dynamic(args)
         found = None
         # host views (`x.view(-1)`) mix padded and real elements: their kernels run exact sizes
-        if self._dynamic and self.ir(*args).host is None:
+        if self._dynamic and self.ir(*args).host is None and not (
+                self.has_callable and self._captured(args)):  # nor do captured tensors
             be = lowering.get(backend_name)
             # a config the user tuned for exactly these shapes wins over the bucket's build
             if self.config is not None or tuned_config(self, self.ir(*args), be.name,

@@ -1,7 +1,7 @@
 """Non-tensor kernel arguments (kernel_dsl/arguments.py): None for an optional tensor, str mode
 flags and enum members are compile-time constants keyed by value, so a Python `if` on them is
-decided while tracing; a callable is a constant keyed by identity, called on tiles and traced
-inline. All of it through the custom op (schema, fake, opcheck) and torch.compile."""
+decided while tracing; a callable is a constant keyed by its code and closure values, called on
+tiles and traced inline. All of it through the custom op (schema, fake, opcheck) and torch.compile."""
 from __future__ import annotations
 
 import enum
@@ -177,7 +177,7 @@ def test_template_via_closure(backend: str) -> None:
                                    x @ y * 0.5, atol=1e-4, rtol=1e-4)
 
 
-def test_callables_are_keyed_by_identity() -> None:
+def test_callables_are_keyed_by_code_and_closure_values() -> None:
     @kd.kernel
     def apply(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]):
         out = torch.empty_like(x)
@@ -188,18 +188,16 @@ def test_callables_are_keyed_by_identity() -> None:
     for _ in range(3):
         torch.testing.assert_close(apply(x, torch.exp), x.exp())
     assert apply.stats["traces"] == 1
-    for i in range(3):  # a lambda made per call is a new object: one build each
+    for i in range(3):  # a new closure value each time: one build each
         torch.testing.assert_close(apply(x, lambda v: v + i), x + i)
     assert apply.stats["traces"] == 4
 
 
-def test_a_tensor_captured_by_the_callable_is_refused_at_its_line() -> None:
-    # Helion lifts tensors a closure captures into kernel arguments; not done here: pass them in
-    bias = torch.randn(1, 17)
-    with pytest.raises(KernelSyntaxError, match="not a kernel argument") as e:
-        matmul_with_epilogue(torch.randn(8, 20), torch.randn(20, 17),
-                             lambda acc, tile: torch.relu(acc + bias[tile]))
-    assert "test_nontensor_args.py" in str(e.value)
+def test_a_tensor_captured_by_the_callable_is_lifted_to_an_input() -> None:
+    # as Helion does (tests/test_captured_tensors.py has the rest)
+    x, y, bias = torch.randn(8, 20), torch.randn(20, 17), torch.randn(1, 17)
+    out = matmul_with_epilogue(x, y, lambda acc, tile: torch.relu(acc + bias[0, tile[1]]))
+    torch.testing.assert_close(out, torch.relu(x @ y + bias), atol=1e-4, rtol=1e-4)
 
 
 # -- an attention-style score_mod -----------------------------------------------------------------
