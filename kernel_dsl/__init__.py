@@ -15,6 +15,7 @@ from .atomics import atomic_add, atomic_max, atomic_min
 from .buckets import set_shape_buckets, shape_buckets
 from .check import CheckEntry, CheckReport
 from .config import Config, ConfigSpace
+from .device_arange import arange
 from .device_random import rand, randint
 from .errors import (
                      ArgumentError,
@@ -39,7 +40,7 @@ __all__ = [
     "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
-    "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "print_ir", "rand",
+    "arange", "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "print_ir", "rand",
     "randint", "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "tile",
     "tpu_kernel", "zeros",
     "__version__",

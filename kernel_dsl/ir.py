@@ -112,12 +112,14 @@ class Index:
     """One entry of a tensor subscript: a tile, `:` (the whole axis), an int, or a device
     scalar ("dyn": a `kd.grid` index or a loaded int; the axis is dropped, as for an int), or
     a 1-D integer value ("gather": lane i reads/writes element scalar[i] of the axis; the axis
-    becomes the value's dim)."""
+    becomes the value's dim), or a static slice `a:b` ("slice": elements [value, stop) of the
+    axis, ints with 0 <= value < stop <= size; shape dim = stop - value)."""
 
-    kind: str  # "tile" | "full" | "int" | "dyn" | "gather"
+    kind: str  # "tile" | "full" | "int" | "dyn" | "gather" | "slice"
     tile: TileVar | None = None
     value: int = 0
     scalar: "Value | None" = None
+    stop: int = 0  # "slice" only: one past its last element
 
     def __repr__(self) -> str:
         if self.kind == "tile":
@@ -126,6 +128,8 @@ class Index:
             return repr(self.scalar)
         if self.kind == "gather":
             return f"gather({self.scalar!r})"
+        if self.kind == "slice":
+            return f"{self.value}:{self.stop}"
         return ":" if self.kind == "full" else str(self.value)
 
 

@@ -96,6 +96,8 @@ def _check_op(op: Op, defined: set[int]) -> None:
         for ix, n in zip(op.attrs["index"], t.shape):
             if ix.kind == "tile" and not ix.tile.bounded and ix.tile.extent != n:
                 _fail(op, f"tile {ix.tile!r} over {ix.tile.extent} indexes an axis of {n}")
+            if ix.kind == "slice" and not 0 <= ix.value < ix.stop <= n:
+                _fail(op, f"slice {ix!r} is not inside an axis of {n}")
     elif k == "loop":
         body = op.body
         if body is None or len(body.args) != len(op.operands) or len(body.yields) != len(op.operands):

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 import torch
 
-from . import (amp, arguments, bucket_plan, buckets, dtypes, guards, host_views, lowering,
-               runtime_scalars, wide_ints)
+from . import (amp, arguments, bucket_plan, buckets, device_if, dtypes, guards, host_views,
+               lowering, runtime_scalars, wide_ints)
 from .arg_check import (
     autotune_target,
     check_config,
@@ -285,7 +285,8 @@ class Kernel:
             tracer.param_of[id(t)] = captured  # device code indexes the closure's own tensor
             tracer._keep.append(t)
         try:
-            returned = run_traced(self.fn, tracer, call_args, TraceMode(tracer))
+            returned = run_traced(device_if.rewritten(self.fn), tracer, call_args,
+                                  TraceMode(tracer))
             if scalars.specialized - self._specialized:  # from now on keyed by those values
                 self._specialized = self._specialized | scalars.specialized
         except KernelError:

@@ -7,7 +7,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from . import dtypes, host_views, runtime_scalars, tile_bounds
+from . import device_arange, device_if, dtypes, host_views, runtime_scalars, static_slices, tile_bounds
 from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v
 from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
 from .ir import Dim, Index, TensorParam, shape_str
@@ -79,6 +79,8 @@ class TraceMode(TorchFunctionMode):
             if runtime_scalars.has_runtime(flat):  # float arguments promote as Python floats
                 args, kwargs = runtime_scalars.weak_args(func, args, kwargs)
             return dispatch(func, args, kwargs)
+        if func is torch.arange and self.tracer.region is not None:  # int bounds, in a loop
+            return device_arange.arange(*args, **kwargs)
         if func in _ALLOC_INIT:
             return self._alloc(func, args, kwargs)
         view = host_views.view_name(func)  # `x.view(-1)`, `w.T` of an argument or output
@@ -136,7 +138,8 @@ class TraceMode(TorchFunctionMode):
                 "code are not kernel inputs: compute them before the call and pass them in")
         return p
 
-    def _index(self, p: TensorParam, idx: Any) -> tuple[tuple[Index, ...], tuple[Dim, ...]]:
+    def _index(self, p: TensorParam, idx: Any,
+               load: bool = False) -> tuple[tuple[Index, ...], tuple[Dim, ...]]:
         loc = user_loc()
         items = list(idx) if isinstance(idx, tuple) else [idx]
         for it in items:  # before any `==`: a tile value's `==` is a device op, not a test
@@ -173,14 +176,17 @@ class TraceMode(TorchFunctionMode):
                 shape.append(it.var)
             elif isinstance(it, TileValue) and it.v.shape:  # an index tile: `emb[ids[tb], td]`
                 tr.check_visible(it.v, loc)  # a gather (scatter in a store) along this axis
+                it = device_if.guard_index(it) if load else it  # in a device `if`: in range
                 index.append(Index("gather", scalar=it.v))
                 shape.append(it.v.shape[0])
             elif isinstance(it, TileValue):  # a device scalar: `x[g, :]`, `emb[ids[t], :]`
                 tr.check_visible(it.v, loc)
+                it = device_if.guard_index(it) if load else it  # in a device `if`: in range
                 index.append(Index("dyn", scalar=it.v))
-            elif isinstance(it, slice) and it == slice(None):
-                index.append(Index("full"))
-                shape.append(n)
+            elif isinstance(it, slice):  # `:` or a static `a:b` (kernel_dsl/static_slices.py)
+                ix = static_slices.slice_index(p.name, axis, it, n, loc)
+                index.append(ix)
+                shape.append(n if ix.kind == "full" else ix.stop - ix.value)
             elif isinstance(it, int) and not isinstance(it, bool):
                 if not -n <= it < n:
                     raise ShapeError(f"index {it} is out of range for axis {axis} of "
@@ -190,6 +196,7 @@ class TraceMode(TorchFunctionMode):
                 raise KernelSyntaxError(
                     f"`{p.name}[...]` index {it!r} is not supported", loc,
                     "index tensors with tiles from kd.tile, `:` or Python ints")
+        static_slices.check_no_gather_mix(p.name, index, loc)
         return tuple(index), tuple(shape)
 
     def _getitem(self, t: Any, idx: Any) -> TileValue:
@@ -197,7 +204,7 @@ class TraceMode(TorchFunctionMode):
         if p.is_output:
             raise KernelSyntaxError(f"reading output `{p.name}` inside the kernel", user_loc(),
                                     "keep the value in a variable instead of reading it back")
-        index, shape = self._index(p, idx)
+        index, shape = self._index(p, idx, load=True)
         v = self.tracer.emit("load", [], {"tensor": p, "index": index}, shape, p.dtype)
         return TileValue(v)
 
@@ -226,6 +233,10 @@ class TraceMode(TorchFunctionMode):
                 raise ShapeError(f"storing a {shape_str(v.v.shape)} tile into "
                                  f"`{p.name}[...]` of shape {shape_str(shape)}", loc,
                                  "the value must have the shape of the indexed block") from None
+        # inside a device `if` (device_if.py) the lanes of a branch not taken keep memory's value
+        v = device_if.guard_store(v, lambda: TileValue(self.tracer.emit(
+            "load", [], {"tensor": p, "index": index}, shape, p.dtype)),
+            (atomic or {}).get("atomic"), p.dtype)
         # kd.atomic_add/max/min (kernel_dsl/atomics.py) are stores with attrs "atomic", "sem"
         self.tracer.emit("store", [v.v], {"tensor": p, "index": index, **(atomic or {})})
         self.tracer.stored.add(id(p))

@@ -32,6 +32,8 @@ def hbm_view(w: Writer, p: TensorParam, index: tuple[Index, ...],
             parts.append(w.bound(ix.scalar, None))
         elif ix.kind == "full":
             parts.append(":")
+        elif ix.kind == "slice":  # a static part of the axis
+            parts.append(f"{ix.value}:{ix.stop}")
         else:
             t = ix.tile
             assert t is not None
@@ -105,7 +107,7 @@ class RowBlocks:
         p: TensorParam = op.attrs["tensor"]
         index = list(op.attrs["index"])
         row_ix = index[self.row_axis]  # type: ignore[index]
-        if row_ix.kind != "full":
+        if row_ix.kind not in ("full", "slice"):
             w.too_big(row_ix.tile, self.rows, "on partitions", PMAX)
         n = len(self.row_ranges())
         name = w.fresh(f"{p.name}_{self.v.id}")

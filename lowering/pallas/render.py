@@ -178,6 +178,8 @@ class _KernelWriter:
                 parts.append(f"pl.ds({self.begin(ix.tile)}, {self.plan.eb(ix.tile)})")
             elif ix.kind == "full":
                 parts.append(":" if ax.block == n else f":{n}")
+            elif ix.kind == "slice":  # a static part of a resident axis
+                parts.append(f"{ix.value}:{ix.stop}")
             elif ix.kind == "dyn":  # one element at a device scalar (a kd.grid index, ...)
                 assert ix.scalar is not None
                 parts.append(self.n(ix.scalar))

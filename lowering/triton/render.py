@@ -163,6 +163,10 @@ class _KernelWriter:
                            pos, rank)
                 if store:
                     masks.append(expand(f"(({idx} >= 0) & ({idx} < {n}))", pos, rank))
+            elif ix.kind == "slice":  # a static a:b: lanes of b - a elements, from a
+                d = ix.stop - ix.value
+                const += ix.value * stride
+                o = expand(self.offs(d), pos, rank)
             else:
                 d = ix.tile if ix.kind == "tile" else p.shape[axis]  # type: ignore[assignment]
                 o = expand(self.offs(d), pos, rank)
