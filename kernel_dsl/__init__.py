@@ -16,6 +16,7 @@ from .buckets import set_shape_buckets, shape_buckets
 from .check import CheckEntry, CheckReport
 from .config import Config, ConfigSpace
 from .device_arange import arange
+from .device_load import load, store
 from .device_random import rand, randint
 from .errors import (
                      ArgumentError,
@@ -40,8 +41,8 @@ __all__ = [
     "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
-    "arange", "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "print_ir", "rand",
-    "randint", "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "tile",
-    "tpu_kernel", "zeros",
+    "arange", "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "load",
+    "print_ir", "rand", "randint", "register_block_size", "set_shape_buckets", "shape_buckets",
+    "specialize", "store", "tile", "tpu_kernel", "zeros",
     "__version__",
 ]

@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from .device_ops import TileValue, _emit, binary, cast_v
-from .device_ops import _ir_dtype
+from .device_ops import TileValue, _emit, _ir_dtype, binary, cast_v
 from .errors import KernelSyntaxError
 from .torch_functions import HANDLERS
 from .tracing import user_loc

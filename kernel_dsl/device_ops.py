@@ -416,6 +416,8 @@ def pad_fill(x: TileValue, axis: int, fill: float) -> TileValue:
     if not isinstance(d, TileVar):
         return x
     tr = _tracer()
+    if d.kind == "loop" and not tr.tile_live(d):  # after its loop (block_dims.py): no mask
+        return x
     key = (x.v.id, axis, fill)
     done = tr.pad_fills.get(key)  # the same masking twice (x.sum(-1) and x.mean(-1)): reuse it
     # only within one region: a loop body must mask its own copy, since the loop's exit rewires
@@ -481,7 +483,19 @@ def mean(x: Any, dim: Any, keepdim: bool = False) -> TileValue:
     return cast_v(binary("div", total, count), t.v.dtype)
 
 
-def dot(a: Any, b: Any, acc: Any = None) -> TileValue:
+def _dot_out_dtype(out_dtype: Any) -> str | None:
+    """Helion's `hl.dot(..., out_dtype=)`: the product's dtype before any accumulation."""
+    if out_dtype is None:
+        return None
+    dt = dtypes.to_ir(out_dtype) if isinstance(out_dtype, torch.dtype) else None
+    if dt not in ("f32", "bf16", "f16"):
+        raise DTypeError(f"dot out_dtype={out_dtype!r}", user_loc(),
+                         "pass torch.float32, torch.bfloat16 or torch.float16")
+    return dt
+
+
+def dot(a: Any, b: Any, acc: Any = None, out_dtype: Any = None) -> TileValue:
+    out_dt = _dot_out_dtype(out_dtype)
     ta, tb = _as_tile(a), _as_tile(b)
     if ta.v.rank < 2 or ta.v.rank != tb.v.rank:
         raise ShapeError(f"matmul of {shape_str(ta.v.shape)} and {shape_str(tb.v.shape)}: both "
@@ -497,13 +511,22 @@ def dot(a: Any, b: Any, acc: Any = None) -> TileValue:
     if not (ka is kb or ka == kb) or ta.v.shape[:-2] != tb.v.shape[:-2]:
         raise ShapeError(f"matmul of {shape_str(ta.v.shape)} and {shape_str(tb.v.shape)}: inner "
                          "dims differ", user_loc(), "contract over the same tile on both sides")
+    prefix = current().prefix_uses.get(ka.id) if isinstance(ka, TileVar) else None
+    if prefix is not None:  # `x[tm, tk] @ w[tk, tn]` with w taller than x is wide: a shape bug
+        name, axis, n = prefix
+        raise ShapeError(f"matmul contracts tile `{ka!r}` over {ka.extent} elements, but it "
+                         f"indexes axis {axis} of `{name}`, which has {n}: the inner dims differ",
+                         user_loc(), "check the operands' shapes; to contract a leading part "
+                         f"on purpose, loop over `kd.tile(0, {ka.extent})`")
     ta = pad_fill(ta, ta.v.rank - 1, 0.0)
     tb = pad_fill(tb, tb.v.rank - 2, 0.0)
     shape = ta.v.shape[:-1] + (tb.v.shape[-1],)
     if acc is None:  # float8 products come out in f32, their accumulation dtype (as Helion's)
-        dt = "f32" if ta.v.dtype in dtypes.FP8 else ta.v.dtype
+        dt = out_dt or ("f32" if ta.v.dtype in dtypes.FP8 else ta.v.dtype)
         return _emit("dot", [ta.v, tb.v], {}, shape, dt)
     tacc = _as_tile(acc)
+    if out_dt is not None and out_dt != tacc.v.dtype:  # the product in out_dtype, then added
+        return binary("add", tacc, _emit("dot", [ta.v, tb.v], {}, shape, out_dt))
     if tacc.v.shape != shape:
         raise ShapeError(f"dot accumulator is {shape_str(tacc.v.shape)}, product is "
                          f"{shape_str(shape)}", user_loc(), "accumulate into a tile of the product's shape")

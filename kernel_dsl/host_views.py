@@ -1,5 +1,5 @@
 """Views and layout ops on kernel arguments and outputs in host code (`x.view(-1)`, `w.T`,
-`return out.view_as(x)`).
+`x[:, :-1]`, `return out.view_as(x)`).
 
 Views are host-side: the IR never sees them. The tracer runs each view on the meta tensor,
 records the chain of torch calls from the argument or allocated output it started at, and:
@@ -15,16 +15,30 @@ records the chain of torch calls from the argument or allocated output it starte
 - a view of an output may be written (`o2 = out.view(m, n)`; `o2[tm, tn] = ...`) when it is a
   pure reshape (contiguous, same memory as the allocation): the buffer then takes the view's
   shape, and every write must go through views of that one shape.
+
+Two more host-code ops on inputs are recorded the same way (kernel_dsl/trace_mode.py):
+- broadcasts (`x, y = torch.broadcast_tensors(x, y)`, `torch.broadcast_to(b, shape)`, Helion's
+  examples/add.py): each result that changes shape is a `broadcast_to` step (an expand view,
+  new leading axes included), materialized by the `.contiguous()` like any view;
+- dtype conversions (`w.to(x.dtype)`, `.float()`, `.half()`, `.bfloat16()`, `.type_as(t)`;
+  Helion's gather_gemv): not views but a `to` step, the same torch conversion run on the real
+  argument before the kernel, as eager torch would, so the input param takes the new dtype (an
+  int64 result is narrowed as an int64 argument is, kernel_dsl/wide_ints.py). A conversion that
+  keeps the dtype is the tensor itself, as in torch. A device in `.to(...)` must be the tensor's
+  own (`x.device`, `other`): the kernel runs on its arguments' device, so a literal device
+  (`.to("cuda")`, even `.to("cpu")`: the trace does not know the call's device) is refused, as is
+  a conversion of an output (the kernel writes the buffer the host code allocated).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from . import dtypes
-from .errors import DTypeError, KernelSyntaxError
+from .errors import DTypeError, KernelSyntaxError, ShapeError
 from .ir import TensorParam
 from .tracing import Tracer, assigned_name, user_loc
 
@@ -32,11 +46,19 @@ from .tracing import Tracer, assigned_name, user_loc
 VIEW_FNS = frozenset({
     "view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "flatten", "unflatten",
     "expand", "expand_as", "view_as", "reshape_as", "contiguous", "t", "movedim", "moveaxis",
-    "swapaxes", "swapdims", "ravel"})
+    "swapaxes", "swapdims", "ravel", "broadcast_to"})
 VIEW_PROPS = frozenset({"T", "mT", "H", "mH"})  # `x.T`: reach the mode as a descriptor `__get__`
 _AS = {"view_as": "view", "reshape_as": "reshape", "expand_as": "expand"}  # `_as(y)`: y's shape
 
 Step = tuple[str, tuple[Any, ...], tuple[tuple[str, Any], ...]]  # (name, args, kwargs)
+
+# tensor methods that convert the dtype (None: the dtype comes from the arguments)
+CONVERSIONS: dict[str, torch.dtype | None] = {
+    "to": None, "type_as": None, "float": torch.float32, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "double": torch.float64, "int": torch.int32, "long": torch.int64,
+    "short": torch.int16, "char": torch.int8, "byte": torch.uint8, "bool": torch.bool}
+_FORMATS = (torch.preserve_format, torch.contiguous_format)
+_TUPLE_ASSIGN = re.compile(r"\s*\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=[^=]")
 
 
 def view_name(func: Any) -> str | None:
@@ -48,9 +70,101 @@ def view_name(func: Any) -> str | None:
     return name if name in VIEW_FNS else None
 
 
+def conversion_name(func: Any) -> str | None:
+    """The dtype conversion this torch call is (`"to"`, `"float"`, ...), or None."""
+    name = getattr(func, "__name__", "")
+    return name if name in CONVERSIONS and func is getattr(torch.Tensor, name, None) else None
+
+
+def _target(src: torch.Tensor, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+            loc: Any) -> tuple[torch.dtype, bool]:
+    """(the dtype, copy=) of the conversion `src.name(*args, **kwargs)`; refuses a device move
+    and a memory format."""
+    call = f"`.{name}(...)`"
+    dtype, devices, copy = CONVERSIONS[name] or src.dtype, [], False
+    kw = dict(kwargs)
+    fmt = kw.pop("memory_format", torch.preserve_format)
+    if name == "type_as":
+        other = args[1] if len(args) > 1 else kw.pop("other", None)
+        if not isinstance(other, torch.Tensor):
+            raise KernelSyntaxError(f"{call} of a non-tensor in host code", loc,
+                                    "pass a tensor: `x.type_as(y)`")
+        dtype = other.dtype
+    elif name == "to":
+        pos = list(args[1:])
+        for a in pos:
+            if isinstance(a, torch.Tensor):  # `.to(other)`: other's dtype and device
+                dtype = a.dtype
+                devices.append(a.device)
+            elif isinstance(a, torch.dtype):
+                dtype = a
+            elif isinstance(a, bool):  # positional non_blocking, then copy
+                pass
+            elif isinstance(a, (str, int, torch.device)):
+                devices.append(a)
+            else:
+                raise KernelSyntaxError(f"{call} with argument {a!r} in host code", loc,
+                                        "convert with a dtype: `x.to(torch.bfloat16)`")
+        if "dtype" in kw and kw["dtype"] is not None:
+            dtype = kw["dtype"]
+        if kw.get("device") is not None:
+            devices.append(kw["device"])
+        flags = [a for a in pos if isinstance(a, bool)]
+        copy = bool(kw.get("copy", len(flags) > 1 and flags[1]))
+        kw = {k: v for k, v in kw.items() if k not in ("dtype", "device", "non_blocking", "copy")}
+    if kw:
+        raise KernelSyntaxError(f"{call} with keyword argument(s) {sorted(kw)} in host code", loc,
+                                "convert with a dtype only: `x.to(torch.bfloat16)`")
+    if fmt not in _FORMATS:
+        raise KernelSyntaxError(f"{call} with memory_format={fmt} in host code", loc,
+                                "kernels see their inputs contiguous: drop the memory_format")
+    for d in devices:
+        try:
+            same = torch.device(d) == src.device
+        except (RuntimeError, TypeError):
+            same = False
+        if not same:
+            raise KernelSyntaxError(
+                f"{call} moves a kernel argument or output to device {d!r} in host code", loc,
+                "a kernel runs on its arguments' device: move tensors before the call "
+                "(`kernel(x.to(dev))`), or give the tensor's own device (`.to(x.device)`)")
+    if not isinstance(dtype, torch.dtype):
+        raise KernelSyntaxError(f"{call} to {dtype!r} in host code", loc,
+                                "convert with a torch dtype: `x.to(torch.bfloat16)`")
+    return dtype, copy
+
+
+def basic_index(idx: Any) -> bool:
+    """`x[:, :-1]`, `x[0]`, `x[..., None]`: a host slice of ints, int-bounded slices, None and
+    `...`, a view of the tensor (a tensor or tile index is device code)."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    def is_int(b: Any) -> bool:
+        return isinstance(b, int) and not isinstance(b, bool)
+
+    def bound(b: Any) -> bool:
+        return b is None or is_int(b)
+    return all(it is None or it is Ellipsis or is_int(it)
+               or isinstance(it, slice) and bound(it.start) and bound(it.stop) and bound(it.step)
+               for it in items)
+
+
+def _key(idx: Any) -> tuple[Any, ...]:
+    """A hashable form of a basic index (slices are not hashable before Python 3.12)."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return tuple(("slice", it.start, it.stop, it.step) if isinstance(it, slice) else it
+                 for it in items)
+
+
+def _index(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(slice(*it[1:]) if isinstance(it, tuple) else it for it in key)
+
+
 def apply(t: torch.Tensor, chain: tuple[Step, ...]) -> torch.Tensor:
     for name, args, kwargs in chain:
-        t = getattr(t, name) if name in VIEW_PROPS else getattr(t, name)(*args, **dict(kwargs))
+        if name == "__getitem__":
+            t = t[_index(args)]
+        else:
+            t = getattr(t, name) if name in VIEW_PROPS else getattr(t, name)(*args, **dict(kwargs))
     return t
 
 
@@ -140,11 +254,7 @@ class ViewTracker:
         """Runs a view op of host code on a tracked meta tensor and records it."""
         src = args[0]
         loc = user_loc()
-        if self.tracer.region is not None:
-            raise KernelSyntaxError(
-                f"`{name}` of a kernel argument or output inside a `kd.tile` loop", loc,
-                "make host views before the loop (`x2 = x.view(-1, k)`) and index the view "
-                "inside it; to reshape a tile, use the tile ops")
+        self._in_host_code(name, loc)
         rest = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args[1:])
         if any(isinstance(a, torch.Tensor) for a in kwargs.values()):
             raise KernelSyntaxError(f"`{name}` with a tensor keyword argument in host code", loc,
@@ -155,11 +265,66 @@ class ViewTracker:
         step: Step = (_AS.get(name, name), rest, tuple(sorted(kwargs.items())))
         if name in VIEW_PROPS:
             step = (name, (), ())
+        elif name == "__getitem__":  # `x[:, :-1]`
+            step = (name, _key(args[1]), ())
+        elif name == "broadcast_to":  # `torch.broadcast_to(b, (m, n))`: the shape as ints
+            step = (name, (tuple(int(d) for d in out.shape),), ())
+        return self._record(src, out, step, loc)
+
+    def _record(self, src: torch.Tensor, out: torch.Tensor, step: Step, loc: Any,
+                name: str | None = None) -> torch.Tensor:
         root, chain = self.root(src)
         self.root_meta.setdefault(id(root), self._root_meta(src, root))
-        self.of[id(out)] = (root, chain + (step,), out, assigned_name(loc, ""))
+        name = assigned_name(loc, "") if name is None else name
+        self.of[id(out)] = (root, chain + (step,), out, name)
         self.tracer._keep.append(out)
         return out
+
+    def _in_host_code(self, what: str, loc: Any) -> None:
+        if self.tracer.region is not None:
+            raise KernelSyntaxError(
+                f"`{what}` of a kernel argument or output inside a `kd.tile` loop", loc,
+                "make host views and conversions before the loop (`x2 = x.view(-1, k)`, "
+                "`w2 = w.to(torch.float32)`) and index them inside it; to reshape or cast a "
+                "tile, use the tile ops (`x[t].to(torch.float32)`)")
+
+    def broadcast(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """`torch.broadcast_tensors(x, y)` in host code: each result that changes shape is a
+        `broadcast_to` view of its tensor (an expand; leading axes added for a lower rank)."""
+        loc = user_loc()
+        self._in_host_code("broadcast_tensors", loc)
+        try:
+            shape = tuple(int(d) for d in torch.broadcast_shapes(*(t.shape for t in tensors)))
+        except RuntimeError:
+            raise ShapeError("`torch.broadcast_tensors` of shapes "
+                             f"{', '.join(str(list(t.shape)) for t in tensors)} in host code, "
+                             "which do not broadcast", loc,
+                             "each axis must match or be 1 (aligned from the last)") from None
+        m = _TUPLE_ASSIGN.match(loc.text) if loc is not None else None  # `x, y = ...`: names
+        names = [n.strip() for n in m.group(1).split(",")] if m else []
+        names = names if len(names) == len(tensors) else [""] * len(tensors)
+        return tuple(t if tuple(t.shape) == shape else
+                     self._record(t, t.broadcast_to(shape), ("broadcast_to", (shape,), ()), loc,
+                                  n) for t, n in zip(tensors, names))
+
+    def convert(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+        """`w.to(x.dtype)`, `x.float()` in host code: the same conversion of the real argument
+        runs before the kernel (a `to` step); a conversion that keeps the dtype is `src` itself."""
+        src = args[0]
+        loc = user_loc()
+        self._in_host_code(name, loc)
+        dtype, copy = _target(src, name, args, kwargs, loc)
+        root, _ = self.root(src)
+        if root.is_output and (dtype != src.dtype or copy):
+            what = f"to {dtype}" if dtype != src.dtype else "(a copy)"
+            raise KernelSyntaxError(
+                f"`.{name}(...)` converts output `{root.name}` {what} in host code", loc,
+                f"allocate `{root.name}` with the dtype it should have (`torch.empty(..., "
+                f"dtype={dtype})`) and cast the stored tiles (`{root.name}[t] = v.to("
+                f"{root.name}.dtype)`), or convert the kernel's result after the call")
+        if dtype == src.dtype:  # torch gives the tensor itself (an input's copy reads the same)
+            return src
+        return self._record(src, src.to(dtype), ("to", (dtype,), ()), loc)
 
     def _root_meta(self, src: torch.Tensor, root: TensorParam) -> torch.Tensor:
         return src if id(src) not in self.of else self.root_meta[id(root)]
@@ -186,15 +351,16 @@ class ViewTracker:
         if p is None:
             dt = dtypes.to_ir(meta.dtype)
             if dt is None:
-                raise DTypeError(f"a host view of `{root.name}` has dtype {meta.dtype}", user_loc(),
-                                 dtypes.unsupported_reason(meta.dtype))
+                raise DTypeError(f"a host view or conversion of `{root.name}` has dtype "
+                                 f"{meta.dtype}", user_loc(), dtypes.unsupported_reason(meta.dtype))
             tr = self.tracer
             taken = {q.name for q in tr.params}
             base = name or f"{root.name}_view"
             pname, i = base, 2
             while pname in taken:
                 pname, i = f"{base}{i}", i + 1
-            p = TensorParam(pname, tuple(int(d) for d in meta.shape), dt, False, None, None)
+            p = TensorParam(pname, tuple(int(d) for d in meta.shape), dt, False, None, None,
+                            "i64" if meta.dtype == torch.int64 else None)  # narrowed at the call
             tr.params.append(p)
             self.param_of_view[id(t)] = p
             self.input_views.append((p, root, chain))

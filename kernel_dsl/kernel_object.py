@@ -10,8 +10,19 @@ from typing import Any, Callable
 
 import torch
 
-from . import (amp, arguments, bucket_plan, buckets, device_if, dtypes, guards, host_views,
-               lowering, runtime_scalars, wide_ints)
+from . import (
+    amp,
+    arguments,
+    bucket_plan,
+    buckets,
+    device_if,
+    dtypes,
+    guards,
+    host_views,
+    lowering,
+    runtime_scalars,
+    wide_ints,
+)
 from .arg_check import (
     autotune_target,
     check_config,

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import device_ops, tile_bounds
+from . import block_dims, device_ops, tile_bounds
 from .device_ops import Tile, TileValue
 from .errors import KernelSyntaxError, LoopScopeError
 from .ir import BlockSym, Op, Region, Value, shape_str
@@ -16,10 +16,12 @@ from .tracing import Tracer, current, loop_var_names, replace_uses, shape_only, 
 class BlockSize:
     """A block-size knob declared with `kd.block_size(name)`, shared by several `kd.tile`s."""
 
-    def __init__(self, sym: BlockSym | None, name: str | None, tracer: Tracer | None = None):
+    def __init__(self, sym: BlockSym | None, name: str | None, tracer: Tracer | None = None,
+                 extent: int | None = None):
         self.sym = sym
         self.name = name
         self.tracer = tracer  # an unnamed one is made by its first `kd.tile`, in source order
+        self.extent = extent  # register_block_size's largest size: a dim of it in a tile shape
 
     def __repr__(self) -> str:
         return f"kd.block_size({self.name!r})" if self.name else "kd.register_block_size(...)"
@@ -33,8 +35,13 @@ def block_size(name: str, choices: list[int] | tuple[int, ...] | None = None) ->
 def register_block_size(min_or_max: int, max_or_none: int | None = None) -> BlockSize:
     """Helion's `hl.register_block_size`: an unnamed block size the config picks, shared by the
     `kd.tile(..., block_size=...)` loops given it. The bounds only document intent here (any
-    block size is correct; the backend's config space decides which are legal)."""
-    return _declare(None, None, "kd.register_block_size")
+    block size is correct; the backend's config space decides which are legal). As in Helion it
+    may be a tile dim, `kd.zeros([tm, bs])`, that the loop `kd.tile(n, block_size=bs)` walks
+    (kernel_dsl/block_dims.py)."""
+    bs = _declare(None, None, "kd.register_block_size")
+    top = max_or_none if max_or_none is not None else min_or_max
+    bs.extent = top if isinstance(top, int) and not isinstance(top, bool) else None
+    return bs
 
 
 def _declare(name: str | None, choices: tuple[int, ...] | None, what: str) -> BlockSize:
@@ -90,6 +97,7 @@ class TileLoop:
         self.before: dict[str, Any] = {}
         self.op: Op | None = None
         self.parent: Region | None = None
+        self.levels: list[tuple[Op, Region]] = []  # (loop op, enclosing region), outermost first
 
     def __iter__(self) -> "TileLoop":
         return self
@@ -123,24 +131,32 @@ class TileLoop:
             tr.region = tr.body
             tiles = [Tile(v, tr.body) for v in vars_]
             return tuple(tiles) if self.multi else tiles[0]
-        if len(self.sizes) != 1:
-            raise KernelSyntaxError("a nested `kd.tile` loop over several sizes", loc,
-                                    "nest one `for t in kd.tile(n)` loop per size")
-        var = tr.new_tile(1, _sym_for(tr, self.block_sizes[0], loc), "loop", loc,
-                          loop_var_names(loc, 1)[0])
-        if self.begins is None:
-            var.extent = self.sizes[0]
-        else:
-            tile_bounds.make_bounds(var, self.begins[0], self.sizes[0], loc)
-        self.parent = tr.region
+        # a nested loop over several sizes is that many nested loops, the first outermost
         _unalias(frame)
-        body = Region(parent=self.parent)
-        self.op = Op("loop", [], {"tile": var}, [], loc, body)
-        self.parent.ops.append(self.op)
         self.before = dict(frame.f_locals)
-        tr.region = body
-        tile = Tile(var, body)
-        return (tile,) if self.multi else tile
+        names = loop_var_names(loc, len(self.sizes))
+        tiles = []
+        for i, (n, bs, nm) in enumerate(zip(self.sizes, self.block_sizes, names)):
+            sym = _sym_for(tr, bs, loc)
+            var = block_dims.adopt(tr, sym, n if self.begins is None else None, loc)
+            if var is None:
+                var = tr.new_tile(1, sym, "loop", loc, nm)
+            elif nm not in {t.name for t in tr.tiles}:  # the loop walks a dim a tile shape
+                var.name = nm  # already used (`kd.zeros([tm, bs])`): it takes the loop's name
+            if self.begins is None:
+                var.extent = n
+            else:
+                tile_bounds.make_bounds(var, self.begins[i], n, loc)
+            parent = tr.region
+            body = Region(parent=parent)
+            op = Op("loop", [], {"tile": var}, [], loc, body)
+            parent.ops.append(op)
+            self.levels.append((op, parent))
+            tr.tile_bodies[var.id] = body
+            tr.region = body
+            tiles.append(Tile(var, body))
+        self.op, self.parent = self.levels[0]
+        return tuple(tiles) if self.multi else tiles[0]
 
     def _exit(self, frame: Any) -> None:
         tr = self.tr
@@ -148,8 +164,14 @@ class TileLoop:
             tr.region = None
             tr.grid_done = True
             return
-        body = self.op.body
-        assert body is not None and self.parent is not None
+        for op, parent in reversed(self.levels):  # innermost first: its results feed the next
+            self._close(op, parent, frame)
+
+    def _close(self, op: Op, parent: Region, frame: Any) -> None:
+        """Ends one loop: the variables its body rebound become its carried values."""
+        tr = self.tr
+        body = op.body
+        assert body is not None
         after = frame.f_locals
         carried: list[tuple[str, Value, Value]] = []
         for name, old in self.before.items():
@@ -157,7 +179,7 @@ class TileLoop:
             if new is old:
                 continue
             if isinstance(old, TileValue) and not (
-                    old.v.region is None or old.v.region.encloses(self.parent)):
+                    old.v.region is None or old.v.region.encloses(parent)):
                 continue  # a stale value from an earlier, finished loop: just a new local here
             if isinstance(old, TileValue) and isinstance(new, TileValue):
                 carried.append((name, old.v, new.v))
@@ -168,6 +190,10 @@ class TileLoop:
                     f"{type(new).__name__}", self.loc,
                     "the loop body is traced once: carried values must stay tiles of the same "
                     "shape and dtype (Python counters do not count iterations)")
+        var = op.attrs["tile"]  # a value carried with the loop's own dim (a block-size dim)
+        carried = [(name, old, block_dims.keep_past_end(var, body, old, TileValue(new)).v
+                    if var in new.shape and (old.shape, old.dtype) == (new.shape, new.dtype)
+                    else new) for name, old, new in carried]
         seen: dict[int, str] = {}
         updates: dict[str, Any] = {}
         for name, old, new in carried:
@@ -187,15 +213,15 @@ class TileLoop:
             arg.hint = name
             replace_uses(body, old, arg)
             body.args.append(arg)
-            self.op.operands.append(old)
-            result = tr.new_value(old.shape, old.dtype, self.op, self.parent)
-            self.op.results.append(result)
+            op.operands.append(old)
+            result = tr.new_value(old.shape, old.dtype, op, parent)
+            op.results.append(result)
             updates[name] = TileValue(result)
         # a carried variable may be rebound to another's old value (`a, b = b, a`): this
         # iteration's value of that variable is its block argument
         arg_of = {old.id: arg for (_, old, _), arg in zip(carried, body.args)}
         body.yields = [arg_of.get(new.id, new) for _, _, new in carried]
-        tr.region = self.parent
+        tr.region = parent
         write_frame_locals(frame, updates)
 
 
@@ -242,6 +268,8 @@ def tile(begin_or_end: Any, end_or_none: Any = None, block_size: Any = None) -> 
                                     "give one block size (or None) per size")
     else:
         bs = [block_size] * len(size_list)
+    if begin_list is None and any(isinstance(n, TileValue) for n in size_list):
+        begin_list = [0] * len(size_list)  # Helion's `hl.tile(m_g)` with a device m_g: [0, m_g)
     if begin_list is None:
         for n in size_list:
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -284,15 +312,28 @@ class _GridLoop:
         raise StopIteration
 
 
+def _shape(shape: Any) -> Any:
+    """Block sizes in a tile shape become the dims of the loops that take them (block_dims.py)."""
+    entries = shape if isinstance(shape, (tuple, list)) else [shape]
+    if not any(isinstance(s, BlockSize) for s in entries):
+        return shape
+    tr, loc = current(), user_loc()
+    return [block_dims.dim_of(tr, _sym_for(tr, s, loc), s.extent, loc)
+            if isinstance(s, BlockSize) else s for s in entries]
+
+
 def zeros(shape: Any, dtype: torch.dtype = torch.float32) -> TileValue:
-    """A tile of zeros, e.g. an accumulator `kd.zeros([tm, tn], dtype=torch.float32)`."""
-    return device_ops.full(shape, 0, dtype)
+    """A tile of zeros, e.g. an accumulator `kd.zeros([tm, tn], dtype=torch.float32)`; a
+    block size may be a dim: `kd.zeros([tm, bs])` (Helion's `hl.register_block_size`)."""
+    return device_ops.full(_shape(shape), 0, dtype)
 
 
 def full(shape: Any, value: float, dtype: torch.dtype = torch.float32) -> TileValue:
-    return device_ops.full(shape, value, dtype)
+    return device_ops.full(_shape(shape), value, dtype)
 
 
-def dot(a: Any, b: Any, acc: Any = None) -> TileValue:
-    """Matrix product on the matrix unit with f32 accumulation; `acc` keeps the f32 sum."""
-    return device_ops.dot(a, b, acc)
+def dot(a: Any, b: Any, acc: Any = None, out_dtype: torch.dtype | None = None) -> TileValue:
+    """Matrix product on the matrix unit with f32 accumulation; `acc` keeps the f32 sum.
+    `out_dtype` (Helion's) is the product's dtype before accumulation (default: the operands'
+    dtype, f32 for float8)."""
+    return device_ops.dot(a, b, acc, out_dtype)

@@ -2,7 +2,8 @@
 
 Bounds are Python ints known while tracing (sizes from `.shape`, literals, their arithmetic),
 so the slice is `Index("slice", value=a, stop=b)`: a resident part of the axis whose shape dim
-is the int `b - a`, as `:` is the whole axis. Torch clips a stop past the end; so do we.
+is the int `b - a`, as `:` is the whole axis. As in torch, a negative bound counts from the end
+and a stop past the end is clipped.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .errors import KernelSyntaxError, ShapeError, SourceLoc, UnsupportedOpError
 from .ir import Index
 
 
-def _bound(b: Any, what: str, name: str, loc: SourceLoc | None) -> int | None:
+def _bound(b: Any, what: str, name: str, n: int, loc: SourceLoc | None) -> int | None:
     if b is None:
         return None
     if isinstance(b, bool) or not isinstance(b, int):
@@ -20,11 +21,7 @@ def _bound(b: Any, what: str, name: str, loc: SourceLoc | None) -> int | None:
             f"`{name}[...]` slice {what} {b!r} is not a Python int", loc,
             "slice bounds must be known while tracing (ints, sizes from `.shape`); for a "
             "range that depends on data, loop with `kd.tile(begin, end)` and index with the tile")
-    if b < 0:
-        raise UnsupportedOpError(
-            f"`{name}[...]` slice {what} {b} is negative", loc,
-            f"write the bound from the start of the axis (`{name}.shape[d] - {-b}`)")
-    return int(b)
+    return max(n + int(b), 0) if b < 0 else int(b)  # torch: a negative bound counts from the end
 
 
 def slice_index(name: str, axis: int, it: slice, n: int, loc: SourceLoc | None) -> Index:
@@ -34,8 +31,8 @@ def slice_index(name: str, axis: int, it: slice, n: int, loc: SourceLoc | None) 
             f"`{name}[...]` slice with step {it.step!r} on axis {axis}", loc,
             "only contiguous slices `a:b` are supported; load the range and select in torch ops, "
             "or pass a strided host view (`x[:, ::2]` in host code) as an argument")
-    start = _bound(it.start, "start", name, loc) or 0
-    stop = _bound(it.stop, "stop", name, loc)
+    start = _bound(it.start, "start", name, n, loc) or 0
+    stop = _bound(it.stop, "stop", name, n, loc)
     stop = n if stop is None else min(stop, n)  # torch clips a stop past the end
     if start >= stop:
         raise ShapeError(f"`{name}[...]` slice {start}:{stop} of axis {axis} (size {n}) is empty",

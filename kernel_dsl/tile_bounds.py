@@ -231,6 +231,23 @@ def check_axis(t: TileVar, n: int, tensor: str, loc: SourceLoc | None) -> None:
             loc, f"bound the loop's end by the axis, e.g. `end.clamp(max={n})`")
 
 
+def reach_through_gather(idx: Value, n: int) -> None:
+    """A loop bounded by values read from memory whose lanes index an axis of `n` only through
+    a gather (Helion's grouped GEMM: `A[start + tile_m.index, tk]` in `kd.tile(m_g)`): its
+    lanes' indices stay inside the axis, so its blocks are at most `n` lanes too."""
+    seen: set[int] = set()
+    stack = [idx]
+    while stack:
+        v = stack.pop()
+        if v.id in seen or v.op is None:
+            continue
+        seen.add(v.id)
+        t = v.op.attrs.get("tile") if v.op.kind == "iota" else None
+        if isinstance(t, TileVar) and t.bounded and from_memory(t):
+            t.extent = t.limit = max(t.extent, n)
+        stack.extend(v.op.operands)
+
+
 def trip_count(t: TileVar, lo: str, hi: str, eb: int) -> str:
     """The trip count expression of a bounded loop, in a backend's own syntax for lo and hi."""
     return f"({hi} - {lo} + {eb - 1}) // {eb}"

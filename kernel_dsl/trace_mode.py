@@ -71,6 +71,9 @@ class TraceMode(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if func is torch.Tensor.__getitem__:
+            if (self.tracer.region is None and host_views.basic_index(args[1])
+                    and self._views().tracked(args[0])):  # `x[:, :-1]` in host code: a view
+                return self._views().view(func, "__getitem__", args, kwargs)
             return self._getitem(args[0], args[1])
         if func is torch.Tensor.__setitem__:
             return self._setitem(args[0], args[1], args[2])
@@ -86,6 +89,11 @@ class TraceMode(TorchFunctionMode):
         view = host_views.view_name(func)  # `x.view(-1)`, `w.T` of an argument or output
         if view is not None and args and self._views().tracked(args[0]):
             return self._views().view(func, view, args, kwargs)
+        conv = host_views.conversion_name(func)  # `w.to(x.dtype)`, `x.float()` of an argument
+        if conv is not None and args and self._views().tracked(args[0]):
+            return self._views().convert(conv, args, kwargs)
+        if func is torch.broadcast_tensors and args and all(map(self._views().tracked, args)):
+            return self._views().broadcast(args)  # `x, y = torch.broadcast_tensors(x, y)`
         name = getattr(func, "__name__", "")
         if name == "__get__" or name in _HOST_OK or func in _HOST_DTYPE_OK:
             return func(*args, **kwargs)
@@ -167,15 +175,18 @@ class TraceMode(TorchFunctionMode):
                                             "use a tile only inside its own `for` loop")
                 if it.var.bounded:  # kd.tile(begin, end): its end must stay inside the axis
                     tile_bounds.check_axis(it.var, n, p.name, loc)
-                elif it.var.extent != n:
+                elif it.var.extent > n:
                     raise ShapeError(
                         f"a tile over {it.var.extent} elements indexes axis {axis} of "
                         f"`{p.name}`, which has {n}", loc,
                         f"tile that axis's own size, e.g. `kd.tile({p.name}.shape[{axis}])`")
+                elif it.var.extent < n:  # a leading part of the axis (`offsets[tile_b]`)
+                    tr.prefix_uses.setdefault(it.var.id, (p.name, axis, n))
                 index.append(Index("tile", it.var))
                 shape.append(it.var)
             elif isinstance(it, TileValue) and it.v.shape:  # an index tile: `emb[ids[tb], td]`
                 tr.check_visible(it.v, loc)  # a gather (scatter in a store) along this axis
+                tile_bounds.reach_through_gather(it.v, n)  # `A[start + tm.index, tk]`
                 it = device_if.guard_index(it) if load else it  # in a device `if`: in range
                 index.append(Index("gather", scalar=it.v))
                 shape.append(it.v.shape[0])

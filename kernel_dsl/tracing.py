@@ -89,6 +89,10 @@ class Tracer:
         self.grid_done = False
         self._next_value = 0
         self.stored: set[int] = set()
+        self.pending_dims: dict[int, TileVar] = {}  # block sym -> dim awaiting its loop (block_dims.py)
+        self.tile_bodies: dict[int, Region] = {}  # loop tile id -> its loop's body
+        # tile id -> (tensor, axis, size): a tile over a leading part of a longer axis
+        self.prefix_uses: dict[int, tuple[str, int, int]] = {}
         self.pad_fills: dict[tuple[int, int, float], Value] = {}  # (value id, axis, fill) -> value
         self.views: Any = None  # host_views.ViewTracker, made by the first host view
 
@@ -139,6 +143,13 @@ class Tracer:
         if name is not None:
             self.named_syms[name] = s
         return s
+
+    def tile_live(self, t: TileVar) -> bool:
+        """The tile's loop encloses the code being traced (a grid tile: the whole body)."""
+        if t.kind == "grid":
+            return True
+        body = self.tile_bodies.get(t.id)
+        return body is not None and self.region is not None and body.encloses(self.region)
 
     def new_tile(self, extent: int, block: BlockSym, kind: str, loc: SourceLoc | None,
                  name: str = "") -> TileVar:
@@ -191,6 +202,10 @@ class Tracer:
                 raise KernelSyntaxError(f"output `{p.name}` is returned but never written", loc,
                                         f"store into it inside the grid loop: `{p.name}[tile] = ...`")
             returns.append(p)
+        for t in self.pending_dims.values():  # block_dims.py: a dim made for a loop never run
+            raise KernelSyntaxError("a block size is used as a tile dim but no `kd.tile` loop "
+                                    "takes it", t.loc, "loop over the axis with "
+                                    "`kd.tile(n, block_size=bs)` after making the tile")
         for t in self.tiles:  # kd.tile(offsets[b], offsets[b + 1]) sized by what it indexes
             if t.bounded and t.extent < 1:
                 raise KernelSyntaxError(

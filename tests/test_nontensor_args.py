@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kernel_dsl as kd
-from kernel_dsl.errors import ArgumentError, KernelSyntaxError
+from kernel_dsl.errors import ArgumentError
 
 BACKENDS = ("pallas", "triton", "nki")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

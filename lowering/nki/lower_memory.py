@@ -4,13 +4,17 @@ initial fill of outputs the host code made with torch.zeros/full.
 A tile index with block size 1 becomes an int index (the dim drops out of the HBM view, as it
 drops out of the on-chip tile); other tiles become `t0:t0 + n_t`. The on-chip side of a ragged
 block is sliced to the same in-range counts, so the element counts match and out-of-range lanes
-are never read from or written to HBM.
+are never read from or written to HBM. A gather or scatter indexed by `t.index + c` is the DMA
+of `t`'s block shifted by `c`, clipped to the axis where it may leave it (shifted.py).
 """
 from __future__ import annotations
 
+from kernel_dsl.errors import ConfigError
+from kernel_dsl.ir import FLOAT_DTYPES as FLOATS
 from kernel_dsl.ir import Index, Op, TensorParam, TileVar
 
 from .names import BYTES, NL_DTYPE, lit, shape
+from .shifted import Shift, shift_of
 from .targets import PMAX
 from .writer import Tile, Writer, at
 
@@ -18,13 +22,19 @@ INIT_COLS = 2048  # free size of the tile that fills an initialized output
 
 
 def hbm_view(w: Writer, p: TensorParam, index: tuple[Index, ...],
-             override: dict[int, str] | None = None) -> str:
+             override: dict[int, str] | None = None, shift: Shift | None = None) -> str:
     """The HBM side of a DMA: NumPy-style indexing, an int for blocks of 1, `min()`-clamped
-    `t0:t0 + n_t` slices for ragged tiles (`override` replaces an axis's entry)."""
+    `t0:t0 + n_t` slices for ragged tiles, `t0 + c:t0 + c + n_t` for a shifted block
+    (shifted.py; `override` replaces an axis's entry)."""
     parts = []
     for axis, (ix, n) in enumerate(zip(index, p.shape)):
         if override and axis in override:
             parts.append(override[axis])
+        elif ix.kind == "gather":  # only a shifted block gets here (render.check_no_gather)
+            sh = shift
+            assert sh is not None and sh.axis == axis, "a gather that is not a shifted block"
+            first = sh.expr(w.begin(sh.tile))
+            parts.append(first if w.eb(sh.tile) == 1 else f"{first}:{first} + {w.count(sh.tile)}")
         elif ix.kind == "int":
             parts.append(str(ix.value))
         elif ix.kind == "dyn":  # a device scalar: a Python int when the kernel is traced
@@ -44,12 +54,16 @@ def hbm_view(w: Writer, p: TensorParam, index: tuple[Index, ...],
     return f"{w.pname(p)}[{', '.join(parts)}]"
 
 
-def sbuf_view(w: Writer, tile: Tile) -> str:
-    """The in-range part of a tile: ragged tile dims sliced to their counts."""
+def sbuf_view(w: Writer, tile: Tile, override: dict[TileVar, str] | None = None) -> str:
+    """The in-range part of a tile: ragged tile dims sliced to their counts (`override`
+    replaces a tile dim's slice)."""
     parts = []
     ragged = False
     for d in tile.dims:
-        if isinstance(d, TileVar) and w.ragged(d):
+        if override and isinstance(d, TileVar) and d in override:
+            parts.append(override[d])
+            ragged = True
+        elif isinstance(d, TileVar) and w.ragged(d):
             parts.append(f"0:{w.count(d)}")
             ragged = True
         else:
@@ -77,8 +91,47 @@ def load(w: Writer, op: Op) -> None:
         w.em.open(f"if {cond}:", comment="trn1: lanes past the edge must not be NaN/Inf")
         w.line(f"nisa.memset(dst={tile.name}, value=0.0)")
         w.em.close()
-    w.line(f"nisa.dma_copy(dst={sbuf_view(w, tile)}, src={hbm_view(w, p, op.attrs['index'])})")
+    sh = shift_of(op)
+    if sh is None:
+        w.line(f"nisa.dma_copy(dst={sbuf_view(w, tile)}, src={hbm_view(w, p, op.attrs['index'])})")
+    else:
+        shifted_dma(w, op, sh, tile, load=True)
     w.define(v, tile)
+
+
+def shifted_dma(w: Writer, op: Op, sh: Shift, tile: Tile, load: bool) -> None:
+    """A load or store of a shifted block (shifted.py): the ordinary DMA of the tile's block
+    moved by `sh.by` elements along the axis; where that may leave `[0, size)`, the DMA is
+    clipped to the in-bounds elements (Python ints at trace time) and a load's other lanes
+    are 0 (docs/ir.md "Gather and scatter")."""
+    p: TensorParam = op.attrs["tensor"]
+    index = op.attrs["index"]
+    t = sh.tile
+    note = sh.describe(p)
+    if sh.in_bounds:
+        hbm = hbm_view(w, p, index, shift=sh)
+        src, dst = (hbm, sbuf_view(w, tile)) if load else (sbuf_view(w, tile), hbm)
+        w.line(f"nisa.dma_copy(dst={dst}, src={src})", comment=note)
+        return
+    first, n, size = sh.expr(w.begin(t)), w.count(t), p.shape[sh.axis]
+    lo, hi = w.fresh(f"{w.pname(p)}_lo"), w.fresh(f"{w.pname(p)}_hi")
+    w.line(f"{lo} = max(0, {first})", comment=f"{note}, clipped to [0, {size})")
+    w.line(f"{hi} = min({size}, {first} + {n})")
+    if load:
+        w.em.open(f"if {lo} > {first} or {hi} < {first} + {n}:",
+                  comment="lanes whose index is outside the axis read 0")
+        w.line(f"nisa.memset(dst={tile.name}, value={'0.0' if tile.dtype in FLOATS else '0'})")
+        w.em.close()
+    w.em.open(f"if {hi} > {lo}:")
+    if w.eb(t) == 1:
+        hbm = hbm_view(w, p, index, {sh.axis: lo})
+        on_chip = sbuf_view(w, tile)
+    else:
+        hbm = hbm_view(w, p, index, {sh.axis: f"{lo}:{hi}"})
+        on_chip = sbuf_view(w, tile, {t: f"{lo} - ({first}):{hi} - ({first})"})
+    src, dst = (hbm, on_chip) if load else (on_chip, hbm)
+    w.line(f"nisa.dma_copy(dst={dst}, src={src})")
+    w.em.close()
 
 
 class RowBlocks:
@@ -109,6 +162,12 @@ class RowBlocks:
         row_ix = index[self.row_axis]  # type: ignore[index]
         if row_ix.kind not in ("full", "slice"):
             w.too_big(row_ix.tile, self.rows, "on partitions", PMAX)
+        sh = shift_of(op)
+        if sh is not None and not sh.in_bounds:
+            raise ConfigError(f"the NKI lowering cannot load {sh.describe(p)} in row blocks: the "
+                              "shifted block may leave the axis", op.loc,
+                              "use a block size <= 128 for the rows, or the pallas or triton "
+                              "backend")
         n = len(self.row_ranges())
         name = w.fresh(f"{p.name}_{self.v.id}")
         with at(w, self.v):
@@ -121,7 +180,8 @@ class RowBlocks:
             if isinstance(self.free_dim, TileVar) and w.ragged(self.free_dim):
                 cols = f"0:{w.count(self.free_dim)}"
             for j, (r0, rows) in enumerate(self.row_ranges()):
-                src = hbm_view(w, p, tuple(index), {self.row_axis: f"{r0}:{r0 + rows}"})
+                src = hbm_view(w, p, tuple(index), {self.row_axis: f"{r0}:{r0 + rows}"},
+                               shift_of(op))
                 w.line(f"nisa.dma_copy(dst={name}[0:{rows}, {j}, {cols}], src={src})")
         self.tile = Tile(name, (PMAX, n * self.cols), self.v.dtype)
         return self.tile
@@ -154,6 +214,10 @@ def store(w: Writer, op: Op) -> None:
     c = w.core(x)
     o = "N" if min(c.sizes) > 1 else w.orient.get(x.id, "N")
     tile = w.get(x, o)
+    sh = shift_of(op)
+    if sh is not None:
+        shifted_dma(w, op, sh, tile, load=False)
+        return
     w.line(f"nisa.dma_copy(dst={hbm_view(w, p, op.attrs['index'])}, src={sbuf_view(w, tile)})")
 
 
@@ -185,7 +249,7 @@ def init_outputs(w: Writer) -> None:
         src_rows = f"0:min({pr}, {rows} - r0)" if len(dims) >= 2 else "0:1"
         w.em.line(f"nisa.dma_copy(dst={w.pname(p)}[{', '.join(idx)}], "
                   f"src={name}[{src_rows}, 0:min({fc}, {cols} - c0)])")
-        for _ in range(len(dims) - 2 + (2 if len(dims) >= 2 else 1)):
+        for _ in range(len(lead) + (2 if len(dims) >= 2 else 1)):  # a 1-D output opens one loop
             w.em.close()
 
 

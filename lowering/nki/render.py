@@ -17,6 +17,7 @@ from . import lower_elementwise, lower_matmul, lower_memory, lower_reduce
 from .emitter import Emitter
 from .expand import expand
 from .names import HBM_DTYPE, index, shape
+from .shifted import shift_of
 from .targets import TARGETS, Target
 from .writer import Rule, Writer
 
@@ -44,7 +45,9 @@ def check_knobs(ir: KernelIR, config: Config) -> None:
 
 def check_no_gather(ir: KernelIR) -> None:
     """NKI's vector-indexed DMA (`.ap(vector_offset=)`) is not modelled by our interpreter
-    (docs/nki.md), so gathers, scatters and atomics through index tiles are not lowered."""
+    (docs/nki.md), so gathers, scatters and atomics through index tiles are not lowered, except
+    a gather or scatter whose index is `t.index + c` (shifted.py): the tile's block shifted by
+    `c`, an ordinary DMA."""
     for op in ir.body.walk():
         if op.kind == "store" and op.attrs.get("atomic"):
             raise ConfigError(
@@ -53,13 +56,16 @@ def check_no_gather(ir: KernelIR) -> None:
                 "accumulate in a loop-carried tile and store it once, or use the pallas or "
                 "triton backend")
         if op.kind in ("load", "store") and any(ix.kind == "gather" for ix in op.attrs["index"]):
+            if shift_of(op) is not None:  # `x[t.index + 1]`: a shifted block, a plain DMA
+                continue
             what = "gather from" if op.kind == "load" else "scatter into"
             raise ConfigError(
                 f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through an index "
                 "tile: per-partition indirect DMA is not modelled by kernel_dsl's NKI "
-                "interpreter", op.loc, "gather or scatter in PyTorch around the kernel "
-                "(`emb[ids]`, `out.index_add_(0, ids, v)`) and pass the result; or use the "
-                "pallas or triton backend")
+                "interpreter", op.loc, "the NKI lowering takes `t.index + c` (c a static int: a "
+                "shifted block) as an index tile; else gather or scatter in PyTorch around the "
+                "kernel (`emb[ids]`, `out.index_add_(0, ids, v)`) and pass the result, or use "
+                "the pallas or triton backend")
 
 
 def check_dtypes(ir: KernelIR, tgt: Target) -> None:

@@ -234,7 +234,7 @@ def check_form(ir: KernelIR) -> None:
             continue
         axis, ix = g
         p: TensorParam = op.attrs["tensor"]
-        if op.kind == "store" and packed_rows(p, axis) != 1 and not lane_form(op):
+        if op.kind == "store" and packed_rows(p, axis) > 8 and not lane_form(op):
             raise ConfigError(
                 f"the pallas backend cannot scatter into `{p.name}` ({p.dtype}) through an "
                 "index tile: a dynamic row of a packed 16/8-bit array cannot be written alone",
@@ -294,14 +294,15 @@ def render_gather(w: "_KernelWriter", op: Op) -> str:
 
 def packed_rows(p: TensorParam, axis: int) -> int:
     """Rows of `p`'s gathered axis that one dynamic load must take. A dynamic row offset on
-    the sublane dim of a 16- or 8-bit array must be a multiple of its packing (Mosaic: "cannot
-    statically prove that index ... is a multiple of 8"), so such a gather loads the aligned
+    the sublane dim must be provably aligned: a multiple of the packing for a 16- or 8-bit
+    array (Mosaic: "cannot statically prove that index ... is a multiple of 8"), and of 8 for a
+    32-bit one once the lane dim's offset is dynamic too ("dynamic load with unaligned
+    indices": `A[start + tm.index, tk]` in a grouped GEMM). Such a gather loads the aligned
     group of rows holding the row (the axis is padded to whole groups, plan.py), widens it to
-    32 bits (exact) and picks the row; 32-bit rows and leading axes load one row."""
-    bits = DTYPE_BITS[p.dtype]
-    if axis != len(p.shape) - 2 or bits == 32:
+    32 bits (exact) and picks the row's bits; leading axes load one row."""
+    if axis != len(p.shape) - 2:
         return 1
-    return 8 * 32 // bits
+    return 8 * 32 // DTYPE_BITS[p.dtype]
 
 
 def scatter_rows(p: TensorParam, axis: int) -> int:
@@ -311,7 +312,7 @@ def scatter_rows(p: TensorParam, axis: int) -> int:
 
 
 def scratch_dtype(p: TensorParam, axis: int) -> str:
-    if packed_rows(p, axis) == 1:
+    if packed_rows(p, axis) == 1 or DTYPE_BITS[p.dtype] == 32:
         return p.dtype
     return "i32" if p.dtype in INT + ("bool",) else "f32"
 

@@ -96,9 +96,39 @@ def _grid_index(ix: Index) -> TileVar | None:
     return t if t.kind == "grid" and t.block.pinned == 1 else None
 
 
+def covers(t: TileVar, n: int) -> bool:
+    """The tile's lanes reach the end of an axis of `n`: a grid tile over a leading part of a
+    longer axis (`offsets[tb]`, num_rows of num_rows + 1) leaves the rest unvisited."""
+    return end_max(t) >= n
+
+
+def partial_outputs(ir: KernelIR) -> set[str]:
+    """Outputs stored through a grid tile (or `kd.grid` index) that does not reach the end of
+    the axis: the grid never visits the blocks past it, so a BlockSpec would leave them
+    unfilled (a torch.zeros output's rows past the end come back as garbage) and a ragged
+    block would overwrite the rows just past the end. They are shared blocks instead: resident
+    for the whole grid, filled once, each store masked to its tile's lanes."""
+    out = set()
+    for op in ir.body.walk():
+        if op.kind != "store":
+            continue
+        p = op.attrs["tensor"]
+        for ix, n in zip(op.attrs["index"], p.shape):
+            t = ix.tile if ix.kind == "tile" else _grid_index(ix)
+            if t is not None and t.kind == "grid" and not covers(t, n):
+                out.add(p.name)
+    return out
+
+
 def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[int, int],
                phase_tiles: set[int], resident: bool = False) -> AxisPlan:
     n = p.shape[axis]
+    # a grid tile over a leading part of the axis: the axis stays resident (a BlockSpec block
+    # shrunk to the tile's extent would break the block rule on TPU: neither aligned nor the
+    # whole dim), and each step slices its block out of it
+    if any(t is not None and not covers(t, n) for t in
+           [ix.tile if ix.kind == "tile" else _grid_index(ix) for ix in uses]):
+        resident = True
     grid_index = {_grid_index(ix) for ix in uses} if not resident else {None}
     from_end = len(p.shape) - 1 - axis
     if uses and len(grid_index) == 1 and None not in grid_index and from_end >= 1:
@@ -150,7 +180,7 @@ def make_plan(ir: KernelIR, config_blocks: dict[int, int], loop_mode: str) -> Pl
                 off += n
     phase_tiles = {ph.tile.id for ph in phases}
     acc = _accesses(ir)
-    shared = shared_outputs(ir)
+    shared = shared_outputs(ir) | partial_outputs(ir)
     axes: dict[str, list[AxisPlan]] = {}
     for p in ir.params:
         axes[p.name] = [

@@ -8,7 +8,7 @@ from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
 from .. import Generated
 from . import bounds, gather
 from .call import Scratch, pallas_call
-from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, plan_for
+from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, covers, plan_for
 from .syntax import JNP, lit, tup
 from .targets import tpu_target
 
@@ -117,6 +117,8 @@ class _KernelWriter:
 
     def begin(self, t: TileVar) -> str:
         lo = f"{self.bound(t.lo)} + " if t.bounded and t.lo != 0 else ""
+        if not t.dynamic and self.plan.nb(t) == 1:  # one block: a static start, which Mosaic
+            return lo.removesuffix(" + ") or "0"  # can prove aligned (a block shrunk to 7 rows)
         return f"{lo}{self.tile_index[t.id]} * {self.plan.eb(t)}"
 
     def bound(self, b: int | Value) -> str:
@@ -131,8 +133,9 @@ class _KernelWriter:
         return f"{iota} + {self.begin(t)} < {self.end(t)}"
 
     def store(self, op: Op, x: str) -> None:
-        """A block store; lanes of a ragged `kd.tile(begin, end)` block past its end keep what
-        the tensor holds there (other tiles' lanes past the axis land in padding)."""
+        """A block store; lanes of a ragged `kd.tile(begin, end)` block, or of a tile over a
+        leading part of the axis, past its end keep what the tensor holds there (other tiles'
+        lanes past the axis land in padding)."""
         if gather.lane_form(op):
             return gather.render_lane_scatter(self, op, x)
         if gather.gather_entry(op) is not None:
@@ -145,8 +148,12 @@ class _KernelWriter:
             x = gather.ATOMIC[at].format(ref, x)
         v = op.operands[0]
         dims = [ix for ix in op.attrs["index"] if ix.kind not in ("int", "dyn")]
-        conds = [self.lanes_in_range(ix.tile, v.shape, axis) for axis, ix in enumerate(dims)
-                 if ix.kind == "tile" and ix.tile.bounded and is_ragged(ix.tile, self.plan.blocks)]
+        p = op.attrs["tensor"]
+        full = [n for ix, n in zip(op.attrs["index"], p.shape) if ix.kind not in ("int", "dyn")]
+        conds = [self.lanes_in_range(ix.tile, v.shape, axis)
+                 for axis, (ix, n) in enumerate(zip(dims, full))
+                 if ix.kind == "tile" and (ix.tile.bounded or not covers(ix.tile, n))
+                 and is_ragged(ix.tile, self.plan.blocks)]
         if conds and v.rank == len(dims):
             x = f"jnp.where({' & '.join(f'({c})' for c in conds)}, {x}, {ref})"
         self.em.line(f"{ref} = {x}", op)
