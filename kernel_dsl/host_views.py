@@ -134,6 +134,17 @@ def _target(src: torch.Tensor, name: str, args: tuple[Any, ...], kwargs: dict[st
     return dtype, copy
 
 
+def epilogue_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Host code after the kernel on one of its outputs (`return losses.mean()`, `torch.sum(
+    loss) / n`): a tensor method whose other arguments are not tensors, recorded as one more
+    step of the output's chain and run on the buffer the backend wrote. In-place methods and
+    ones that leave torch (`.item()`) are not: the kernel returns tensors."""
+    tensors = [a for a in list(args[1:]) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    return (bool(args) and isinstance(args[0], torch.Tensor) and not tensors
+            and not name.endswith("_") and name not in ("item", "tolist", "numpy", "backward")
+            and callable(getattr(torch.Tensor, name, None)))
+
+
 def basic_index(idx: Any) -> bool:
     """`x[:, :-1]`, `x[0]`, `x[..., None]`: a host slice of ints, int-bounded slices, None and
     `...`, a view of the tensor (a tensor or tile index is device code)."""

@@ -97,6 +97,9 @@ class TraceMode(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name == "__get__" or name in _HOST_OK or func in _HOST_DTYPE_OK:
             return func(*args, **kwargs)
+        if self.tracer.grid_done and host_views.epilogue_call(name, args, kwargs) \
+                and self._views().tracked(args[0]) and self._views().root(args[0])[0].is_output:
+            return self._views().view(func, name, args, kwargs)  # `return losses.mean()`
         raise KernelSyntaxError(
             f"`{name or func}` computes on tensor data in host code", user_loc(),
             "host code may only read shapes/dtypes and allocate outputs (torch.empty, "

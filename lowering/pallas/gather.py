@@ -234,11 +234,6 @@ def check_form(ir: KernelIR) -> None:
             continue
         axis, ix = g
         p: TensorParam = op.attrs["tensor"]
-        if op.kind == "store" and packed_rows(p, axis) > 8 and not lane_form(op):
-            raise ConfigError(
-                f"the pallas backend cannot scatter into `{p.name}` ({p.dtype}) through an "
-                "index tile: a dynamic row of a packed 16/8-bit array cannot be written alone",
-                op.loc, f"allocate `{p.name}` as float32 or int32 and cast after the kernel")
         if axis == len(p.shape) - 1 and not lane_form(op):
             raise ConfigError(
                 f"the pallas backend cannot {'gather' if op.kind == 'load' else 'scatter'} "
@@ -327,7 +322,11 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     pos = sum(1 for e in op.attrs["index"][:axis] if e.kind not in ("int", "dyn"))
     ref = f"scatter{op.operands[0].id}_{len(w.scratch)}_ref"
     shape = tuple(w.plan.eb(d) if not isinstance(d, int) else d for d in v.shape)
-    w.scratch.append((ref, shape, p.dtype))
+    # a 16/8-bit row cannot be read alone at a dynamic sublane offset: the values wait in a
+    # 32-bit scratch (an exact widening) and each row narrows back as it is written
+    narrow = DTYPE_BITS[p.dtype] < 32
+    wide = "i32" if p.dtype in INT + ("bool",) else "f32"
+    w.scratch.append((ref, shape, wide if narrow else p.dtype))
     idx = ix.scalar
     assert idx is not None
     d = idx.shape[0]
@@ -339,7 +338,7 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
             "steps run in order", op)
     em.line(f"# on one core (all axes \"arbitrary\"), so each lane's row of the resident "
             f"`{p.name}` block is updated in turn")
-    em.line(f"{ref}[...] = {x}")
+    em.line(f"{ref}[...] = {x}" if not narrow else f"{ref}[...] = ({x}).astype({JNP[wide]})")
     fn = f"scatter{len(w.scratch)}"
     em.line(f"def {fn}(lane, carry):")
     em.indent += 1
@@ -348,6 +347,8 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     em.line(f"def _{fn}():")
     em.indent += 1
     src = f"{ref}[{', '.join('pl.ds(lane, 1)' if i == pos else ':' for i in range(v.rank))}]"
+    if narrow:
+        src = f"{src}.astype({JNP[p.dtype]})"
     rows = scatter_rows(p, axis)
     if rows == 1:
         dst = w.ref_index(op, gather="pl.ds(row, 1)")
