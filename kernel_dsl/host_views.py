@@ -98,11 +98,9 @@ def _target(src: torch.Tensor, name: str, args: tuple[Any, ...], kwargs: dict[st
                 devices.append(a.device)
             elif isinstance(a, torch.dtype):
                 dtype = a
-            elif isinstance(a, bool):  # positional non_blocking, then copy
-                pass
-            elif isinstance(a, (str, int, torch.device)):
+            elif isinstance(a, (str, int, torch.device)) and not isinstance(a, bool):
                 devices.append(a)
-            else:
+            elif not isinstance(a, bool):  # a bool is positional non_blocking, then copy: `flags`
                 raise KernelSyntaxError(f"{call} with argument {a!r} in host code", loc,
                                         "convert with a dtype: `x.to(torch.bfloat16)`")
         if "dtype" in kw and kw["dtype"] is not None:
