@@ -1,5 +1,5 @@
 """torch ops on tiles that need each lane's position along a dim: argmax/argmin, `max`/`min`
-over a dim with indices, and cumsum. Built from IR ops (no new op each); importing this module
+over a dim with indices. Built from IR ops (no new op each); importing this module
 registers the methods.
 
 Positions are the tile's own (0 .. its size along the dim), as torch gives them for the tile as
@@ -21,13 +21,11 @@ from .device_ops import (
     _emit,
     binary,
     cast_v,
-    dot,
     expand_dims,
-    pad_fill,
     reduce,
     where,
 )
-from .errors import DTypeError, KernelSyntaxError
+from .errors import KernelSyntaxError
 from .ir import TileVar
 from .tracing import user_loc
 
@@ -84,38 +82,9 @@ def max_min(op: str, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
     return MaxMin(reduce(op, x, dim, keepdim), arg_reduce(op, x, dim, keepdim))
 
 
-def cumsum(x: Any, dim: Any, dtype: Any = None) -> TileValue:
-    """Inclusive prefix sums as one matmul with a triangular matrix of ones (the MXU's way to
-    scan a block on TPU; the sums are f32 and rounded once)."""
-    t = _as_tile(x)
-    if dtype is not None:
-        t = _as_tile(t.to(dtype))
-    if not dtypes.is_float(t.v.dtype):
-        raise DTypeError(f"cumsum of a {t.v.dtype} tile is not supported in device code",
-                         user_loc(), "cast to float32 first (exact up to 2**24), or scan on host")
-    out_dt = t.v.dtype
-    axis = _axis(t, dim)
-    rank = t.v.rank
-    if rank > 2:
-        raise KernelSyntaxError(f"cumsum of a rank-{rank} tile", user_loc(),
-                                "scan a 1-D or 2-D tile (index the leading dims)")
-    f = pad_fill(cast_v(t, "f32"), axis, 0.0)
-    if rank == 1:
-        f, axis = expand_dims(f, 0), 1
-    n = f.v.shape[axis]
-    row, col = positions((n, n), 0), positions((n, n), 1)
-    # out[.., j] = sum_{i <= j} x[.., i]: x @ U with U[i, j] = i <= j (dim 0: L @ x, L = U.T)
-    tri = cast_v(binary("le", row, col) if axis == 1 else binary("ge", row, col), "f32")
-    out = dot(f, tri) if axis == 1 else dot(tri, f)
-    if rank == 1:
-        out = reduce("max", out, 0, False)  # drop the unit dim
-    return cast_v(out, out_dt)
-
-
 METHODS.update({
     "argmax": lambda x, dim=None, keepdim=False: arg_reduce("max", x, dim, keepdim),
     "argmin": lambda x, dim=None, keepdim=False: arg_reduce("min", x, dim, keepdim),
-    "cumsum": cumsum,
     "max": lambda x, dim=None, keepdim=False: max_min("max", x, dim, keepdim),
     "min": lambda x, dim=None, keepdim=False: max_min("min", x, dim, keepdim),
 })

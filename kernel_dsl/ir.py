@@ -30,10 +30,11 @@ BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor
               "floordiv", "mod")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_OPS = ("sum", "max", "min", "prod")
+SCAN_OPS = ("add", "mul", "max", "min", "and", "or", "xor")  # the combines of `scan`
 # every other op kind; each has reference semantics in ir_verify and one rule per backend
 STRUCTURAL_OPS = ("load", "store", "const", "full", "iota", "arange", "tile_begin", "tile_id", "tile_size",
                   "tile_count", "cast", "where", "reduce", "dot", "expand_dims", "transpose",
-                  "broadcast", "pad_fill", "loop", "bitcast")
+                  "broadcast", "pad_fill", "loop", "bitcast", "scan")
 
 
 @dataclass(eq=False)

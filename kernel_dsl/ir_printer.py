@@ -34,6 +34,8 @@ def _attrs(op: Op) -> str:
         return a["dtype"]
     if k == "reduce":
         return f"{a['op']} axis={a['axis']}" + (" keepdim" if a["keepdim"] else "")
+    if k == "scan":
+        return f"{a['op']} axis={a['axis']}" + (" reverse" if a["reverse"] else "")
     if k == "expand_dims":
         return f"axis={a['axis']}"
     if k == "pad_fill":

@@ -11,6 +11,7 @@ from .ir import (
     FP8_DTYPES,
     FP8_OPS,
     REDUCE_OPS,
+    SCAN_OPS,
     STRUCTURAL_OPS,
     UNARY_OPS,
     KernelIR,
@@ -74,6 +75,14 @@ def _check_op(op: Op, defined: set[int]) -> None:
             _fail(op, f"unknown reduction {op.attrs['op']}")
         if not 0 <= op.attrs["axis"] < op.operands[0].rank:
             _fail(op, "reduction axis out of range")
+    elif k == "scan":  # inclusive, along one axis; f32 or i32 (the tracer casts around it)
+        x, a = op.operands[0], op.attrs
+        if a["op"] not in SCAN_OPS or not 0 <= a["axis"] < x.rank:
+            _fail(op, f"bad scan {a['op']} axis={a['axis']}")
+        if x.dtype not in ("f32", "i32") or (x.dtype == "f32" and a["op"] in ("and", "or", "xor")):
+            _fail(op, f"`{a['op']}` scan of {x.dtype}")
+        if (op.result.shape, op.result.dtype) != (x.shape, x.dtype):
+            _fail(op, "`scan` changes shape or dtype")
     elif k == "dot":
         a, b = op.operands[:2]
         if a.rank < 2 or a.rank != b.rank or a.shape[-1] is not b.shape[-2] and a.shape[-1] != b.shape[-2]:

@@ -93,7 +93,6 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
     torch.argmin: lambda x, dim=None, keepdim=False: dp.arg_reduce("min", x, dim, keepdim),
     torch.max: lambda x, dim=None, keepdim=False: dp.max_min("max", x, dim, keepdim),
     torch.min: lambda x, dim=None, keepdim=False: dp.max_min("min", x, dim, keepdim),
-    torch.cumsum: dp.cumsum,
     torch.sum: _dim_kw(lambda x, d, k: reduce("sum", x, d, k)),
     torch.amax: _dim_kw(lambda x, d, k: reduce("max", x, d, k)),
     torch.prod: lambda x, dim=None, keepdim=False, *, dtype=None: _as_tile(x).prod(dim, keepdim,

@@ -71,11 +71,11 @@ def f32(*shape: int) -> torch.Tensor:
 # -- bad kernels ------------------------------------------------------------------------------------
 
 @kd.tpu_kernel
-def k_cumprod(x: torch.Tensor) -> torch.Tensor:
+def k_cummax(x: torch.Tensor) -> torch.Tensor:
     m, n = x.shape
     out = torch.empty_like(x)
     for tm in kd.tile(m):
-        out[tm, :] = torch.cumprod(x[tm, :], dim=-1)  # E:cumprod
+        out[tm, :] = torch.cummax(x[tm, :], dim=-1).values  # E:cummax
     return out
 
 
@@ -248,9 +248,9 @@ def k_config(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 # -- device code outside the subset -----------------------------------------------------------------
 
-def test_unsupported_torch_op_cumprod() -> None:
-    """torch.cumprod on a tile: UnsupportedOpError at the cumprod line."""
-    raises(UnsupportedOpError, "cumprod", k_cumprod.ir, f32(16, 32))
+def test_unsupported_torch_op_cummax() -> None:
+    """torch.cummax on a tile: UnsupportedOpError at the cummax line."""
+    raises(UnsupportedOpError, "cummax", k_cummax.ir, f32(16, 32))
 
 
 def test_unsupported_torch_op_sort() -> None:
@@ -379,8 +379,8 @@ def test_keyword_argument_unknown() -> None:
 def test_trace_error_through_eager_call() -> None:
     """A device-code error hit through an ordinary eager call keeps its type and kernel line."""
     with pytest.raises(Exception) as info:
-        k_cumprod(f32(16, 32))
-    check_error(info.value, UnsupportedOpError, "cumprod")
+        k_cummax(f32(16, 32))
+    check_error(info.value, UnsupportedOpError, "cummax")
 
 
 def test_config_with_wrong_number_of_block_sizes() -> None:

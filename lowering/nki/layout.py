@@ -216,6 +216,10 @@ class _Infer:
                 xo = self.get(x)
                 return carry(xc, xo, r, axis_map(op)) if xo else None
             return reduced(xc, orient_with(pos, on_partitions=False), r, axis_map(op))
+        if k == "scan":  # the scanned dim on the free axis, as a reduced one
+            assert x is not None
+            pos = self.core(x).pos_of(op.attrs["axis"])
+            return self.get(x) if pos is None else orient_with(pos, on_partitions=False)
         if k in SAME_LAYOUT:
             assert x is not None
             return self.get(x)
@@ -271,7 +275,7 @@ class _Infer:
             return []
         ro = self.o.get(op.result.id) or self.want.get(op.result.id)
         x = op.operands[0] if op.operands else None
-        if k == "reduce":
+        if k in ("reduce", "scan"):
             assert x is not None
             pos = self.core(x).pos_of(op.attrs["axis"])
             return [(x, orient_with(pos, False))] if pos is not None else []

@@ -48,6 +48,24 @@ def _prod(x, axis, keepdims=False):
         n = h
     return x if keepdims else jnp.squeeze(x, axis)
 """
+# `scan`: Mosaic has no cumsum/associative_scan primitive. A log-step (Hillis-Steele) scan needs
+# no identity: lane i takes op(x[i - k], x[i]) where i >= k, for k = 1, 2, 4, ...; x[i - k] is a
+# lane rotation (pltpu.roll, jnp.roll's direction)
+SCAN_HELPER = """
+def _scan(x, axis, op, reverse):
+    n = x.shape[axis]
+    pos = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis)
+    k = 1
+    while k < n:
+        if reverse:  # lane i takes op(x[i], x[i + k]) where i + k < n
+            x = jnp.where(pos < n - k, op(x, pltpu.roll(x, n - k, axis)), x)
+        else:
+            x = jnp.where(pos >= k, op(pltpu.roll(x, k, axis), x), x)
+        k *= 2
+    return x
+"""
+SCAN_OP = {"add": "jnp.add", "mul": "jnp.multiply", "max": "jnp.maximum", "min": "jnp.minimum",
+           "and": "jnp.bitwise_and", "or": "jnp.bitwise_or", "xor": "jnp.bitwise_xor"}
 FLOATS = ("f32", "bf16", "f16")
 # torch.amax/amin propagate NaN. On TPU, Mosaic lowers jnp.max/min reductions to
 # vector.multi_reduction <maximumf/minimumf> (jax/_src/pallas/mosaic/lowering.py), which
@@ -254,6 +272,8 @@ class _KernelWriter:
                 expr = f"jnp.where(jnp.isnan({ins[0]}).any(axis={a['axis']}{keep}), jnp.nan, {expr})"
         elif k == "dot":
             expr = self.dot(op, ins)
+        elif k == "scan":
+            expr = f"_scan({ins[0]}, {a['axis']}, {SCAN_OP[a['op']]}, {a['reverse']})"
         elif k == "expand_dims":
             expr = f"jnp.expand_dims({ins[0]}, {a['axis']})"
         elif k == "transpose":
@@ -562,6 +582,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         "from jax.experimental import pallas as pl",
         "from jax.experimental.pallas import tpu as pltpu",
         *([PROD_HELPER] if any("_prod(" in ln for ln in body.lines) else []),
+        *([SCAN_HELPER] if any("_scan(" in ln for ln in body.lines) else []),
         "",
         *([f"VMEM_LIMIT_BYTES = {tgt.vmem_limit}  # {tgt.name}: "
            f"{tgt.vmem_bytes >> 20} MiB of VMEM per TensorCore"] if tgt else []),

@@ -57,6 +57,12 @@ def _mul(a, b):
     """The combine function of a product reduction (Triton has no tl.prod)."""
     return a * b
 ''',
+    **{f"_{k}": f'''
+@triton.jit
+def _{k}(a, b):
+    """The combine function of an `{k}` scan."""
+    return a {sym} b
+''' for k, sym in (("add", "+"), ("and", "&"), ("or", "|"), ("xor", "^"))},
     "_amax": '''
 @triton.jit
 def _amax(x, axis: tl.constexpr, keep_dims: tl.constexpr):
@@ -238,8 +244,17 @@ def fill_lit(value: Any, dtype: str) -> str:
     return str(int(value))
 
 
+# `scan` ops: tl.associative_scan with these combine functions (NaN wins a max, as in torch)
+SCAN_COMBINE = {"add": "_add", "mul": "_mul", "max": "_maximum", "min": "_minimum", "and": "_and",
+                "or": "_or", "xor": "_xor"}
+SCAN_IDENTITY = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
+
+
 def identity(op: str, dtype: str) -> str:
     """The value a padded lane must hold so that a reduction ignores it."""
+    if op in ("and", "or", "xor"):  # scans of int32
+        return "-1" if op == "and" else "0"
+    op = SCAN_IDENTITY.get(op, op)
     if op == "sum":
         return "0"
     if op == "prod":

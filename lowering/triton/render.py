@@ -24,6 +24,7 @@ from .. import Generated
 from .exprs import (
     FP8,
     HELPERS,
+    SCAN_COMBINE,
     SIG,
     TL,
     TORCH,
@@ -235,6 +236,8 @@ class _KernelWriter:
             expr = f"{ins[0]}.to({TL[a['dtype']]}, bitcast=True)"
         elif k == "reduce":
             expr = self.reduce(op, ins[0])
+        elif k == "scan":
+            expr = self.scan(op, ins[0])
         elif k == "dot":
             return self.dot(op, ins)
         elif k == "expand_dims":
@@ -287,6 +290,18 @@ class _KernelWriter:
             expr = narrow(expr, r.dtype, self.cpu, self.helpers) if r.dtype in ("bf16", "f16") \
                 else f"{expr}.to({TL[r.dtype]})"
         return expr
+
+    def scan(self, op: Op, x: str) -> str:
+        """tl.associative_scan; a reverse scan reads lanes past the axis' end first (padding of
+        an int dim, or the next block's lanes), so those hold the identity."""
+        a, src = op.attrs, op.operands[0]
+        fn = SCAN_COMBINE[a["op"]]
+        self.helpers.add(fn)
+        if a["reverse"]:
+            m = self.mask(src.shape[a["axis"]])
+            if m is not None:
+                x = f"tl.where({expand(m, a['axis'], src.rank)}, {x}, {identity(a['op'], src.dtype)})"
+        return f"tl.associative_scan({x}, {a['axis']}, {fn}, reverse={a['reverse']})"
 
     def dot(self, op: Op, ins: list[str]) -> None:
         """`a @ b` over the last two dims, f32 accumulation; batch dims of 1 reshaped away."""
