@@ -53,6 +53,8 @@ def _prod(x, axis, keepdims=False):
 # lane rotation (pltpu.roll, jnp.roll's direction)
 SCAN_HELPER = """
 def _scan(x, axis, op, reverse):
+    if x.ndim == 1:  # Mosaic rotates no 1-D vector ("Unsupported 1D shape"): scan it as a row
+        return _scan(x[None, :], 1, op, reverse)[0]
     n = x.shape[axis]
     pos = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis)
     k = 1

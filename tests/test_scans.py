@@ -1,0 +1,281 @@
+"""Scans in device code (IR op `scan`): torch.cumsum/cumprod (functions and methods, torch's dtype
+rules), Helion's kd.cumsum/cumprod/associative_scan (reverse=, user combine functions), on every
+backend against torch: f32/bf16/int32/int8/uint8/bool, int32 overflow wrapping, ragged blocks
+(primes, size 1) under every config, any dim of 1-D to 3-D tiles."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernel_dsl as kd
+from kernel_dsl.errors import KernelError, UnsupportedOpError
+
+BACKENDS = ("pallas", "triton", "nki")
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+I32 = torch.int32
+
+
+def _out_dtype(x: torch.Tensor) -> torch.dtype:
+    return x.dtype if x.dtype.is_floating_point else I32  # torch's int64, held as int32
+
+
+@kd.kernel
+def torch_scans(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Along the full last dim."""
+    m, n = x.shape
+    dt = x.dtype if x.dtype.is_floating_point else torch.int32
+    outs = [torch.empty([m, n], dtype=dt, device=x.device) for _ in range(2)]
+    for tm in kd.tile(m):
+        r = x[tm, :]
+        outs[0][tm, :] = torch.cumsum(r, dim=1)
+        outs[1][tm, :] = r.cumprod(-1)
+    return tuple(outs)
+
+
+@kd.kernel
+def torch_col_scans(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Along the first dim: a `:` dim that is not the last."""
+    m, n = x.shape
+    dt = x.dtype if x.dtype.is_floating_point else torch.int32
+    outs = [torch.empty([m, n], dtype=dt, device=x.device) for _ in range(2)]
+    for tn in kd.tile(n):
+        c = x[:, tn]
+        outs[0][:, tn] = c.cumsum(0)
+        outs[1][:, tn] = torch.cumprod(c, 0)
+    return tuple(outs)
+
+
+def _values(dtype: torch.dtype, m: int, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(m * 1000 + n)
+    if dtype == torch.bool:
+        return torch.rand(m, n, generator=g) > 0.5
+    if dtype.is_floating_point:  # near 1 so that products stay finite
+        return (1 + 0.1 * torch.randn(m, n, generator=g)).to(dtype)
+    lo, hi = (0, 4) if dtype == torch.uint8 else (-3, 4)
+    return torch.randint(lo, hi, (m, n), generator=g).to(dtype)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> None:
+    if want.dtype.is_floating_point:
+        tol = dict(atol=1e-4, rtol=1e-4) if want.dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(got.float(), want.float(), **tol)
+    else:
+        assert torch.equal(got, want.to(got.dtype)), (got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int8, torch.uint8,
+                                   torch.bool], ids=str)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_cumsum_cumprod_match_torch(backend: str, dtype: torch.dtype) -> None:
+    for m, n in ((37, 13), (1, 5), (6, 1)):
+        x = _values(dtype, m, n)
+        with kd.backend(backend):
+            got = torch_scans(x) + torch_col_scans(x)
+        xf = x.float() if dtype == torch.bfloat16 else x  # torch's opmath: f32, rounded once
+        want = [xf.cumsum(1), xf.cumprod(1), xf.cumsum(0), xf.cumprod(0)]
+        for g, w in zip(got, want):
+            _close(g, w.to(dtype) if dtype == torch.bfloat16 else w)
+
+
+@kd.kernel
+def int32_sums(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        out[tm, :] = torch.cumsum(x[tm, :], 1, dtype=torch.int32) + x[tm, :].cumprod(1)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int32_overflow_wraps_as_torch(backend: str) -> None:
+    x = torch.randint(-2**30, 2**30, (5, 29), dtype=I32)
+    with kd.backend(backend):
+        got = int32_sums(x)
+    want = (x.long().cumsum(1) + torch.cumprod(x, 1)).to(I32)  # int32 products wrap in torch too
+    assert torch.equal(got, want)
+
+
+@kd.kernel
+def narrow_scans(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Helion's kd.cumsum keeps the dtype (int8 wraps); torch's dtype= casts first."""
+    a, b = torch.empty_like(x), torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        r = x[tm, :]
+        a[tm, :] = kd.cumsum(r, 1)
+        b[tm, :] = torch.cumsum(r, -1, dtype=x.dtype) + kd.cumprod(r, 1, reverse=True)
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8], ids=str)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_narrow_integers_wrap(backend: str, dtype: torch.dtype) -> None:
+    x = torch.randint(0 if dtype == torch.uint8 else -100, 100, (7, 31)).to(dtype)
+    with kd.backend(backend):
+        a, b = narrow_scans(x)
+    s = x.long().cumsum(1)
+    p = x.long().flip(1).cumprod(1).flip(1)
+    # wrapping each step or once at the end is the same modulo 2**8
+    assert torch.equal(a, (s % 256).to(torch.uint8).to(dtype))
+    assert torch.equal(b, ((s + p) % 256).to(torch.uint8).to(dtype))
+
+
+@kd.kernel
+def block_scans(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Scans along a tile dim: each block scans its own lanes (Helion's meaning)."""
+    outs = [torch.empty_like(x) for _ in range(4)]
+    for t in kd.tile(x.shape[0]):
+        v = x[t]
+        outs[0][t] = kd.cumsum(v, 0)
+        outs[1][t] = kd.cumsum(v, 0, reverse=True)
+        outs[2][t] = kd.associative_scan(torch.maximum, v, 0, reverse=True)
+        outs[3][t] = kd.cumprod(v, 0, reverse=True)
+    return tuple(outs)
+
+
+def _per_block(x: torch.Tensor, b: int, fn) -> torch.Tensor:  # noqa: ANN001
+    return torch.cat([fn(x[i:i + b]) for i in range(0, len(x), b)])
+
+
+def _rev(f):  # noqa: ANN001, ANN202
+    return lambda v: f(v.flip(0)).flip(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32], ids=str)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_config_ragged_reverse(backend: str, dtype: torch.dtype) -> None:
+    """Lanes past a ragged block's end never reach valid lanes, reverse scans included."""
+    for n in (53, 1):
+        x = _values(dtype, 1, n)[0]
+        space = list(block_scans.configs(x, backend=backend))
+        assert space
+        for cfg in space:
+            b = min(cfg.block_sizes[0], n)
+            got = block_scans.run_cpu(backend, (x,), cfg)
+            want = [_per_block(x, b, lambda v: v.cumsum(0)),
+                    _per_block(x, b, _rev(lambda v: v.cumsum(0))),
+                    _per_block(x, b, _rev(lambda v: v.cummax(0).values)),
+                    _per_block(x, b, _rev(lambda v: v.cumprod(0)))]
+            for g, w in zip(got, want):
+                _close(g, w.to(dtype))
+
+
+@kd.kernel
+def combines(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    outs = [torch.empty_like(x) for _ in range(5)]
+    for tm in kd.tile(x.shape[0]):
+        r = x[tm, :]
+        outs[0][tm, :] = kd.associative_scan(lambda a, b: a + b, r, 1)
+        outs[1][tm, :] = kd.associative_scan(lambda a, b: b * a, r, 1, reverse=True)
+        outs[2][tm, :] = kd.associative_scan(torch.maximum, r, 1)
+        (outs[3][tm, :],) = kd.associative_scan(lambda a, b: (torch.minimum(a, b),), (r,), 1)
+        outs[4][tm, :] = kd.associative_scan(lambda a, b: a.max(b), r, -1, reverse=True)
+    return tuple(outs)
+
+
+@kd.kernel
+def int_combines(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    outs = [torch.empty_like(x) for _ in range(3)]
+    for tm in kd.tile(x.shape[0]):
+        r = x[tm, :]
+        outs[0][tm, :] = kd.associative_scan(lambda a, b: a | b, r, 1)
+        outs[1][tm, :] = kd.associative_scan(lambda a, b: a ^ b, r, 1, reverse=True)
+        outs[2][tm, :] = kd.associative_scan(torch.bitwise_and, r, 1)
+    return tuple(outs)
+
+
+def _scan_ref(x: torch.Tensor, f, reverse: bool = False) -> torch.Tensor:  # noqa: ANN001
+    x = x.flip(1) if reverse else x
+    cols = [x[:, 0]]
+    for j in range(1, x.shape[1]):
+        cols.append(f(cols[-1], x[:, j]))
+    out = torch.stack(cols, 1)
+    return out.flip(1) if reverse else out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_user_combine_functions(backend: str) -> None:
+    x = _values(torch.float32, 11, 23)
+    x[3, 5] = float("nan")  # a NaN wins max and min from its lane on, as torch's do
+    xi = torch.randint(0, 2**20, (11, 23), dtype=I32)
+    with kd.backend(backend):
+        got = combines(x)
+        goti = int_combines(xi)
+    want = [x.cumsum(1), _scan_ref(x, torch.mul, True), _scan_ref(x, torch.maximum),
+            _scan_ref(x, torch.minimum), _scan_ref(x, torch.maximum, True)]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4, equal_nan=True)
+    wanti = [_scan_ref(xi, torch.bitwise_or), _scan_ref(xi, torch.bitwise_xor, True),
+             _scan_ref(xi, torch.bitwise_and)]
+    for g, w in zip(goti, wanti):
+        assert torch.equal(g, w)
+
+
+@kd.kernel
+def scans_3d(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    outs = [torch.empty_like(x) for _ in range(3)]
+    for tb in kd.tile(x.shape[0], block_size=1):
+        v = x[tb, :, :]
+        outs[0][tb, :, :] = v.cumsum(1)
+        outs[1][tb, :, :] = kd.cumsum(v, 2, reverse=True)
+        outs[2][tb, :, :] = kd.cumsum(v, 0)  # over one lane: the values themselves
+    return tuple(outs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_3d_tiles(backend: str) -> None:
+    x = torch.randint(-50, 50, (3, 7, 19), dtype=I32)
+    with kd.backend(backend):
+        got = scans_3d(x)
+    want = [x.cumsum(1), x.flip(2).cumsum(2).flip(2), x]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w.to(I32))
+
+
+@kd.kernel
+def two_values(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        r = x[tm, :]
+        a, _ = kd.associative_scan(lambda a0, a1, b0, b1: (a0 + b0, a1 + b1), (r, r), 1)
+        out[tm, :] = a
+    return out
+
+
+@kd.kernel
+def odd_combine(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        out[tm, :] = kd.associative_scan(lambda a, b: a + 2 * b, x[tm, :], 1)
+    return out
+
+
+@kd.kernel
+def float_xor(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        out[tm, :] = kd.associative_scan(lambda a, b: a ^ b, x[tm, :].float(), 1)
+    return out
+
+
+def test_unsupported_scans_say_why() -> None:
+    x = torch.randn(4, 8)
+    with pytest.raises(UnsupportedOpError, match="tuple of 2 tiles"):
+        two_values(x)
+    with pytest.raises(UnsupportedOpError, match="torch.maximum"):
+        odd_combine(x)
+    with pytest.raises(KernelError):
+        float_xor(x.int())
+
+
+@pytest.mark.slow
+def test_the_real_tpu_compiler_accepts_scans() -> None:
+    """Mosaic (libtpu 0.0.52, compile-only) on every target: pltpu.roll along lanes, sublanes
+    and a leading dim, f32 and int32 (int8 and bf16 scan in 32 bits), reverse scans, 1-D tiles
+    (scanned as one row: Mosaic rotates no 1-D vector)."""
+    cases = ((torch_scans, (_values(torch.float32, 37, 13),)),
+             (torch_scans, (_values(torch.int8, 64, 256),)),
+             (block_scans, (torch.randn(1000),)),
+             (combines, (torch.randn(64, 256).bfloat16().float(),)),
+             (scans_3d, (torch.randint(0, 5, (4, 16, 128), dtype=I32),)))
+    for k, args in cases:
+        report = k.check(*args, measure_vmem=False)
+        assert all(e.status == "ok" for e in report.entries), report.table()
