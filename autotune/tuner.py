@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernel_dsl import lowering
+from kernel_dsl import device_random, lowering
 from kernel_dsl.config import Config
 from kernel_dsl.errors import ConfigError, KernelError
 from kernel_dsl.host_views import kernel_tensors
@@ -206,7 +206,8 @@ def _execute(runner: CandidateRunner, kernel: Any, ir: KernelIR, backend: str,
         return Outcome("failed", message=f"{type(e).__name__}: {e.message.splitlines()[0][:200]}")
     if gen.backend in BUILTIN:
         return runner.run(gen, [p.dtype for p in ir.returns],
-                          kernel_tensors(ir.host, kernel_inputs(args, scalars=kernel.runtime_scalars)),
+                          kernel_tensors(ir.host, kernel_inputs(args, scalars=kernel.runtime_scalars))
+                          + device_random.fresh_seeds(ir),
                           timeout, left)
     try:
         kernel.run_cpu(backend, args, cfg)  # build + warm up

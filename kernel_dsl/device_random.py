@@ -13,21 +13,32 @@ bits: adds wrap, a logical right shift is an arithmetic one masked, a rotation i
 - value: the first output word's top 24 bits times 2**-24, exact in f32: [0, 1), no rounding.
 
 Not a new IR op: a composite, so backends need no change (docs/ir.md "Random numbers").
-Importing this module registers `torch.rand_like`'s error in device code (a kernel has no
-random state to seed it from; the hint says to write `kd.rand`).
+Importing this module registers `torch.rand_like` in device code: `kd.rand` seeded by a hidden
+input that every call fills from torch's generator (`wrap`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from . import dtypes
-from .device_ops import Tile, TileValue, _emit, binary, broadcast, cast_v, const, expand_dims
-from .errors import DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
-from .ir import Dim, TileVar
+from .device_ops import (
+    Tile,
+    TileValue,
+    _as_tile,
+    _emit,
+    _ir_dtype,
+    binary,
+    broadcast,
+    cast_v,
+    const,
+    expand_dims,
+)
+from .errors import DTypeError, KernelSyntaxError, ShapeError
+from .ir import Dim, Index, KernelIR, TileVar
 from .torch_functions import HANDLERS
-from .tracing import user_loc
+from .tracing import current, user_loc
 
 MASK32 = (1 << 32) - 1
 ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)  # Threefry-2x32's rotation constants, 4 per round group
@@ -227,11 +238,53 @@ def randint(shape: Any, low: int, high: int, seed: Any, offset: Any = 0) -> Tile
     return r if low == 0 else binary("add", r, low)
 
 
-def _rand_like(x: Any, *args: Any, **kwargs: Any) -> TileValue:
-    raise UnsupportedOpError("`torch.rand_like` in device code has no seed: kernels keep no "
-                             "random state between calls", user_loc(),
-                             "write `kd.rand(x.shape, seed)` with the seed a kernel argument "
-                             "(an int, or an int32 tensor read as `seed_t[0]`)")
+def _rand_like(x: Any, *, dtype: Any = None, **kwargs: Any) -> TileValue:
+    """`torch.rand_like(tile)`, as Helion gives it: a fresh stream at every call. Each call site
+    reads its own hidden seed input (`rng_seed_<i>`, int32[1]), which every call of the kernel
+    fills with `torch.randint(-2**31, 2**31 - 1, (1,), dtype=torch.int32)` from torch's default
+    generator (so `torch.manual_seed` makes calls repeatable), and gives
+    `kd.rand(x.shape, seed)`: `reference_rand(sizes, seed)` at the tile's positions."""
+    t = _as_tile(x)
+    kwargs.pop("memory_format", None)
+    if kwargs.pop("device", None) is not None or kwargs.pop("layout", None) is not None or \
+            kwargs.pop("requires_grad", False) or kwargs:
+        raise KernelSyntaxError("`torch.rand_like` in device code takes `dtype=` only", user_loc(),
+                                "write `torch.rand_like(x)` or `torch.rand_like(x, dtype=...)`")
+    out_dt = _ir_dtype(dtype) if dtype is not None else t.v.dtype
+    if not dtypes.is_float(out_dt):
+        raise DTypeError(f"`torch.rand_like` of a {out_dt} tile", user_loc(),
+                         "torch draws uniform floats only: pass `dtype=torch.float32`")
+    tr = current()
+    assert tr is not None
+    n = sum(1 for p in tr.params if p.rng_seed)
+    meta = torch.empty((1,), dtype=torch.int32, device="meta")
+    param = tr.add_param(meta, f"rng_seed_{n}", "i32", False)
+    param.rng_seed = True
+    seed = TileValue(tr.emit("load", [], {"tensor": param, "index": (Index("int", value=0),)}, (),
+                             "i32"))
+    r = rand(list(t.v.shape), seed)
+    return cast_v(r, out_dt)
+
+
+def fresh_seeds(ir: KernelIR) -> list[torch.Tensor]:
+    """One int32[1] seed per `torch.rand_like` call site, from torch's default generator."""
+    n = sum(1 for p in ir.inputs if p.rng_seed)
+    if not n:
+        return []
+    seeds = torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32)
+    return [seeds[i:i + 1].clone() for i in range(n)]
+
+
+def wrap(ir: KernelIR, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` with the `torch.rand_like` seeds appended to its inputs, fresh at every call."""
+    if not any(p.rng_seed for p in ir.inputs):
+        return fn
+
+    def run(*tensors: torch.Tensor) -> Any:
+        return fn(*tensors, *fresh_seeds(ir))
+
+    run.inner = fn  # type: ignore[attr-defined]
+    return run
 
 
 HANDLERS[torch.rand_like] = _rand_like

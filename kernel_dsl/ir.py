@@ -106,6 +106,9 @@ class TensorParam:
     # "i64": the caller's tensor (or the host code's allocation) is int64; the kernel sees it
     # as `dtype` i32, narrowed before and widened after the call (kernel_dsl/wide_ints.py)
     host_dtype: str | None = None
+    # a hidden int32[1] input holding the seed of one `torch.rand_like` call site: every call of
+    # the kernel passes a fresh one, drawn from torch's generator (kernel_dsl/device_random.py)
+    rng_seed: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from . import (
     bucket_plan,
     buckets,
     device_if,
+    device_random,
     dtypes,
     guards,
     host_views,
@@ -366,6 +367,7 @@ class Kernel:
             fn = be.compile(gen, ir, faithful=True) if faithful else be.compile(gen, ir)
             fn = wide_ints.wrap(ir, fn)  # int64 arguments and outputs: narrowed, widened
             fn = host_views.wrap(ir.host, fn)  # host views of inputs and outputs, around it
+            fn = device_random.wrap(ir, fn)  # torch.rand_like's seeds: fresh at every call
             self.stats["compiles"] += 1
             self._compiled[(backend_name, config, faithful) + self.arg_key(args)] = fn  # specialize
         return fn

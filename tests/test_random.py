@@ -1,7 +1,8 @@
 """`kd.rand` (kernel_dsl/device_random.py): Threefry-2x32-20 built from int32 IR ops gives the same
 bits on pallas, triton and nki as the torch reproduction `kernel_dsl.testing.reference_rand`,
 for int seeds and seeds read from a tensor, at ragged / prime / size-1 shapes, 1-D and 2-D tiles,
-and whatever block sizes the config picks. Helion's low_mem_dropout ports literally."""
+and whatever block sizes the config picks. Helion's low_mem_dropout ports literally.
+`torch.rand_like(tile)` draws its seed from torch's generator at every call."""
 from __future__ import annotations
 
 import pytest
@@ -323,13 +324,62 @@ def test_dropout_bf16() -> None:
         assert torch.equal(out != 0, torch_dropout(0.1, x, 5) != 0), backend
 
 
-# -- errors -----------------------------------------------------------------------------------
+# -- torch.rand_like: a fresh seed from torch's generator per call and call site ---------------
 @kd.kernel
 def rand_like_kernel(x: torch.Tensor):
     out = torch.empty_like(x)
     for t in kd.tile(x.shape[0]):
         out[t] = torch.rand_like(x[t])
     return out
+
+
+@kd.kernel
+def dropout_like(x: torch.Tensor, p: float):
+    """Two call sites (independent seeds), a 2-D ragged tile and `dtype=`."""
+    out, u = torch.empty_like(x), torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    for tm, tn in kd.tile(x.shape):
+        v = x[tm, tn]
+        out[tm, tn] = torch.where(torch.rand_like(v) > p, v / (1 - p), 0.0)
+        u[tm, tn] = torch.rand_like(v, dtype=torch.float32)
+    return out, u
+
+
+def _seeds(n: int, state: int) -> list[int]:
+    """The seeds a call draws after `torch.manual_seed(state)` (docs/ir.md)."""
+    torch.manual_seed(state)
+    return torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32).tolist()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rand_like_draws_a_seed_from_torch_per_call(backend: str) -> None:
+    for n in (37, 1):
+        x = torch.empty(n)
+        with kd.backend(backend):
+            torch.manual_seed(7)
+            a = rand_like_kernel(x)
+            b = rand_like_kernel(x)  # the generator moved on: another stream
+            torch.manual_seed(7)
+            c = rand_like_kernel(x)
+        (s,) = _seeds(1, 7)
+        assert torch.equal(a, reference_rand([n], s)) and torch.equal(a, c)
+        assert n == 1 or not torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rand_like_two_sites_every_config(backend: str) -> None:
+    x = torch.randn(13, 150).bfloat16()
+    s0, s1 = _seeds(2, 3)
+    keep = reference_rand([13, 150], s0).bfloat16() > 0.25
+    want_out = torch.where(keep, x / 0.75, torch.zeros(()).bfloat16())
+    space = list(dropout_like.configs(x, 0.25, backend=backend))
+    for cfg in space[:4]:
+        torch.manual_seed(3)
+        out, u = dropout_like.run_cpu(backend, (x, 0.25), cfg)
+        assert torch.equal(u, reference_rand([13, 150], s1)), cfg
+        assert torch.equal(out, want_out), cfg
+
+
+# -- errors -----------------------------------------------------------------------------------
 
 
 @kd.kernel
@@ -376,9 +426,9 @@ def bad_randint(x: torch.Tensor):
 def test_errors_name_the_line() -> None:
     x = torch.empty(8)
     with kd.backend("pallas"):
-        with pytest.raises(kd.UnsupportedOpError, match="rand_like.*no seed") as e:
-            rand_like_kernel(x)
-        assert "test_random.py" in str(e.value) and "kd.rand(x.shape, seed)" in str(e.value)
+        with pytest.raises(kd.DTypeError, match="rand_like.*i32") as e:
+            rand_like_kernel(x.int())
+        assert "test_random.py" in str(e.value) and "dtype=torch.float32" in str(e.value)
         with pytest.raises(kd.DTypeError, match="seed.*f32.*integer"):
             float_seed(x, torch.zeros(1))
         with pytest.raises(kd.ShapeError, match="(?s)one value.*seed_t\\[0\\]"):
