@@ -85,5 +85,6 @@ SUPPORTED_HINT = ("device code supports arithmetic and comparisons, @ / torch.ma
                   "exp, exp2, log, log1p, expm1, sqrt, rsqrt, tanh, sigmoid, abs, relu, floor, "
                   "ceil, round, sign, maximum, minimum, where, masked_fill, & | ^ ~ << >> // %, "
                   "amax/amin/sum/mean/prod(dim), max/min/argmax/argmin(dim), softmax, "
-                  "log_softmax, logsumexp, cumsum, .to(dtype), .T, [:, None], squeeze and "
-                  "kd.zeros/kd.full (docs/ir.md lists them all)")
+                  "log_softmax, logsumexp, cumsum/cumprod/kd.associative_scan(dim), rand_like, "
+                  ".to(dtype), .T, [:, None], squeeze and kd.zeros/kd.full (docs/ir.md lists "
+                  "them all)")
