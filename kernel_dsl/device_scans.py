@@ -2,15 +2,17 @@
 `hl.*`) and torch's `cumsum`/`cumprod` (functions and tile methods). Importing this module
 registers them.
 
-Every scan is one IR op `scan` whose combine is one of SCAN_OPS (docs/ir.md). A user's combine
-function is traced once, at trace time, on two probe scalars: it must come out as one of those
-ops of its two arguments (`a + b`, `torch.maximum(a, b)`, `a * b`, `a | b`, ...). The scan runs in
+Every scan is one IR op `scan` (docs/ir.md). A user's combine function is traced once, on `[]`
+probe values, into a region: one SCAN_OPS op of its two arguments (`a + b`, `torch.maximum(a,
+b)`, ...) becomes that op (each backend has a fast form); anything else (several values, a
+`where`, ...) stays a region the backend inlines (op="combine"). The scan runs in
 f32 (floats) or i32 (integers and bool) and is cast back once, so 16-bit floats round once per
 element (torch's opmath) and narrow integers wrap as they would step by step (modular
 arithmetic; max/min/and/or/xor never leave the range).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -24,19 +26,19 @@ from .device_ops import (
     _emit,
     _identity,
     _ir_dtype,
+    binary,
     cast_v,
+    full,
     pad_fill,
+    where,
 )
-from .errors import KernelSyntaxError, UnsupportedOpError
-from .ir import SCAN_OPS, Region
+from .errors import KernelSyntaxError, ShapeError, UnsupportedOpError
+from .ir import SCAN_OPS, Op, Region
 from .torch_functions import HANDLERS
 from .tracing import current, user_loc
 
-_HINT = ("a combine function must be one elementwise op of its two arguments: `a + b`, `a * b`, "
-         "`torch.maximum(a, b)`, `torch.minimum(a, b)`, `a & b`, `a | b` or `a ^ b`")
 # the pad value of lanes past a ragged block's end, per combine op (reverse scans read them)
 _REDUCE_NAME = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
-
 
 def _identity_of(op: str, dtype: str) -> float:
     if op in _REDUCE_NAME:
@@ -64,47 +66,119 @@ def scan(op: str, x: Any, dim: Any, reverse: bool = False, out_dtype: str | None
     return cast_v(out, out_dtype)
 
 
-def _combine_op(combine_fn: Callable[..., Any], dtype: str) -> str:
-    """The SCAN_OPS op that `combine_fn(a, b)` computes, traced on two probe scalars."""
+def _trace_combine(combine_fn: Callable[..., Any], dts: list[str], tuple_form: bool
+                   ) -> tuple[Region, list[Any]]:
+    """`combine_fn` traced into a fresh region on `[]` probe values: (region, its results)."""
     tr = current()
     if tr is None or tr.region is None:
         raise KernelSyntaxError("`kd.associative_scan` is device code", user_loc(),
                                 "call it on tiles inside a `kd.tile` loop")
     outer = tr.region
     scratch = Region(parent=outer)
-    a = tr.new_value((), dtype, None, scratch)
-    b = tr.new_value((), dtype, None, scratch)
+    scratch.args = [tr.new_value((), dt, None, scratch) for dt in dts + dts]
+    a = [TileValue(v) for v in scratch.args[:len(dts)]]
+    b = [TileValue(v) for v in scratch.args[len(dts):]]
     tr.region = scratch
     try:
-        r = combine_fn(TileValue(a), TileValue(b))
+        r = combine_fn(tuple(a), tuple(b)) if tuple_form else combine_fn(*a, *b)
     finally:
         tr.region = outer
-    if isinstance(r, (tuple, list)) and len(r) == 1:
-        r = r[0]
-    op = r.v.op if isinstance(r, TileValue) else None
-    if (op is None or op.kind not in SCAN_OPS or len(op.operands) != 2
-            or {id(v) for v in op.operands} != {id(a), id(b)}):
-        name = getattr(combine_fn, "__name__", "combine_fn")
-        raise UnsupportedOpError(f"combine function `{name}` of `kd.associative_scan` is not one "
-                                 "of the scans device code supports", user_loc(), _HINT)
+    rs = list(r) if isinstance(r, (tuple, list)) else [r]
+    return scratch, rs
+
+
+def _single_op(region: Region, rs: list[Any]) -> str | None:
+    """The SCAN_OPS op a one-value combine computes, if it is one op of its two arguments."""
+    if len(rs) != 1 or not isinstance(rs[0], TileValue):
+        return None
+    op = rs[0].v.op
+    if op is None or op.kind not in SCAN_OPS or len(op.operands) != 2 \
+            or {id(v) for v in op.operands} != {id(v) for v in region.args}:
+        return None
     return op.kind
+
+
+def _takes_tuples(fn: Callable[..., Any], n: int) -> bool:
+    """Helion's two forms for n > 1 values: fn((a0, a1), (b0, b1)) or fn(a0, a1, b0, b1)."""
+    if n == 1:
+        return False
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 2
+
+
+def _general(combine_fn: Callable[..., Any], ts: list[TileValue], axis: int, reverse: bool,
+             region: Region, rs: list[Any], tuple_form: bool) -> list[TileValue]:
+    """A scan whose combine is the traced region itself (IR `scan` with op="combine")."""
+    tr = current()
+    assert tr is not None
+    n = len(ts)
+    works = [v.dtype for v in region.args[:n]]
+    if len(rs) != n or not all(isinstance(r, TileValue) for r in rs):
+        raise KernelSyntaxError(f"the combine function returns {len(rs)} values for {n} scanned "
+                                "tiles", user_loc(), "return one value per scanned tile")
+    # a reverse scan reads lanes past the end first: a validity flag keeps them out (the
+    # tracer's pad_fill for a ragged tile, the backend's own mask for lanes it pads)
+    flag = bool(reverse)
+    outer = tr.region
+    tr.region = region
+    try:
+        ys = [cast_v(r, w) for r, w in zip(rs, works)]
+        if flag:  # lanes past a ragged end (a prefix of the reversed order) drop out
+            fa, fb = (tr.new_value((), "i32", None, region) for _ in range(2))
+            region.args[n:n] = [fa]
+            region.args.append(fb)
+            has = binary("ne", TileValue(fa), 0)
+            ys = [where(has, y, TileValue(b)) for y, b in zip(ys, region.args[n + 1:2 * n + 1])]
+            ys.append(binary("or", TileValue(fa), TileValue(fb)))
+    finally:
+        tr.region = outer
+    inside = {id(v) for v in region.args} | {id(r) for o in region.walk() for r in o.results}
+    for o in region.ops:
+        if any(id(v) not in inside for v in o.operands):
+            raise KernelSyntaxError("the combine function uses a tile from outside its "
+                                    "arguments", user_loc(), "pass such values as scanned "
+                                    "tiles, or compute with them after the scan")
+    region.yields = [y.v for y in ys]
+    ws = [cast_v(t, w) for t, w in zip(ts, works)]
+    if flag:
+        ones = full(ts[0].v.shape, 1, torch.int32)
+        ws.append(pad_fill(ones, axis, 0))
+    op = Op("scan", [w.v for w in ws], {"op": "combine", "axis": axis, "reverse": bool(reverse),
+                                       "combine": region, "flag": flag}, [], user_loc())
+    body = tr.require_region("scan", op.loc)
+    op.results = [tr.new_value(w.v.shape, w.v.dtype, op, body) for w in ws]
+    body.ops.append(op)
+    return [cast_v(TileValue(r), t.v.dtype) for r, t in zip(op.results[:n], ts)]
 
 
 def associative_scan(combine_fn: Callable[..., Any], values: Any, dim: int,
                      reverse: bool = False) -> Any:
     """Helion's `hl.associative_scan`: the inclusive scan of `values` (a tile, or a tuple of
-    one tile) along `dim` with `combine_fn`, right to left when `reverse`. The result has the
-    input's shape and dtype."""
+    tiles of one shape) along `dim` with `combine_fn`, applied as `combine(earlier, later)`
+    (reverse: `combine(later, earlier)`, the scan of the reversed sequence, as Helion's). The
+    result has the input's shapes and dtypes."""
     single = not isinstance(values, (tuple, list))
-    vals = [values] if single else list(values)
-    if len(vals) != 1:
-        raise UnsupportedOpError(f"`kd.associative_scan` of a tuple of {len(vals)} tiles",
-                                 user_loc(), "scan one tile at a time; multi-value combines "
-                                 "(Helion's tuple form) are not supported in device code")
-    t = _as_tile(vals[0])
-    work = "f32" if dtypes.is_float(t.v.dtype) else "i32"
-    out = scan(_combine_op(combine_fn, work), t, dim, reverse)
-    return out if single else (out,)
+    ts = [_as_tile(v) for v in ([values] if single else values)]
+    if not ts or any(t.v.shape != ts[0].v.shape for t in ts):
+        raise ShapeError("`kd.associative_scan` scans tiles of one shape", user_loc(),
+                         "broadcast them first: `b.expand_as(a)`")
+    if dim is None or isinstance(dim, (tuple, list, bool)):
+        raise KernelSyntaxError("a scan needs one int `dim`", user_loc(),
+                                "write e.g. `kd.associative_scan(fn, x, dim=-1)`")
+    axis = _axis(ts[0], dim)
+    works = ["f32" if dtypes.is_float(t.v.dtype) else "i32" for t in ts]
+    tuple_form = _takes_tuples(combine_fn, len(ts))
+    region, rs = _trace_combine(combine_fn, works, tuple_form)
+    kind = _single_op(region, rs) if len(ts) == 1 else None
+    if kind is not None:
+        out = [scan(kind, ts[0], axis, reverse)]
+    else:
+        out = _general(combine_fn, ts, axis, reverse, region, rs, tuple_form)
+    return out[0] if single else tuple(out)
 
 
 def cumsum(x: Any, dim: int, reverse: bool = False) -> TileValue:

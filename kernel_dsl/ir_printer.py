@@ -70,6 +70,15 @@ def _print_region(region: Region, indent: int, lines: list[str], locs: bool) -> 
         if op.kind == "store":
             lines.append(f"{pad}store {attrs} = {operands}{_loc(op, locs)}")
             continue
+        if op.kind == "scan" and op.attrs["op"] == "combine":
+            reg = op.attrs["combine"]
+            res = ", ".join(repr(r) for r in op.results)
+            args = ", ".join(repr(a) for a in reg.args)
+            lines.append(f"{pad}{res} = scan combine({args}) {attrs} {operands} : "
+                         f"{', '.join(_ty(r) for r in op.results)}{_loc(op, locs)}")
+            _print_region(reg, indent + 1, lines, locs)
+            lines.append(f"{pad}  yield {', '.join(repr(v) for v in reg.yields)}")
+            continue
         args = " ".join(x for x in (attrs, operands) if x)
         lines.append(f"{pad}{op.result!r} = {op.kind} {args} : {_ty(op.result)}{_loc(op, locs)}")
 

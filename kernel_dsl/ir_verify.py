@@ -77,12 +77,24 @@ def _check_op(op: Op, defined: set[int]) -> None:
             _fail(op, "reduction axis out of range")
     elif k == "scan":  # inclusive, along one axis; f32 or i32 (the tracer casts around it)
         x, a = op.operands[0], op.attrs
-        if a["op"] not in SCAN_OPS or not 0 <= a["axis"] < x.rank:
+        if a["op"] not in SCAN_OPS + ("combine",) or not 0 <= a["axis"] < x.rank:
             _fail(op, f"bad scan {a['op']} axis={a['axis']}")
-        if x.dtype not in ("f32", "i32") or (x.dtype == "f32" and a["op"] in ("and", "or", "xor")):
-            _fail(op, f"`{a['op']}` scan of {x.dtype}")
-        if (op.result.shape, op.result.dtype) != (x.shape, x.dtype):
-            _fail(op, "`scan` changes shape or dtype")
+        for v, r in zip(op.operands, op.results):
+            if v.dtype not in ("f32", "i32") or (v.dtype == "f32" and a["op"] in ("and", "or", "xor")):
+                _fail(op, f"`{a['op']}` scan of {v.dtype}")
+            if (r.shape, r.dtype) != (v.shape, v.dtype) or v.shape != x.shape:
+                _fail(op, "`scan` changes shape or dtype")
+        if len(op.results) != len(op.operands) or (a["op"] != "combine" and len(op.operands) != 1):
+            _fail(op, "`scan` has one result per operand")
+        if a["op"] == "combine":  # a region of `[]` values: args (earlier..., later...), yields
+            reg = a["combine"]
+            n = len(op.operands)
+            if len(reg.args) != 2 * n or len(reg.yields) != n or any(
+                    (v.shape, v.dtype) != ((), x.dtype) for v, x in zip(reg.args, 2 * op.operands)):
+                _fail(op, "`scan` combine region does not match its operands")
+            _verify_region(reg, set())  # sees nothing from outside
+            if any((y.shape, y.dtype) != ((), x.dtype) for y, x in zip(reg.yields, op.operands)):
+                _fail(op, "`scan` combine yields values of other types")
     elif k == "dot":
         a, b = op.operands[:2]
         if a.rank < 2 or a.rank != b.rank or a.shape[-1] is not b.shape[-2] and a.shape[-1] != b.shape[-2]:

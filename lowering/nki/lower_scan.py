@@ -10,6 +10,7 @@ transposed first, as a reduction is.
 """
 from __future__ import annotations
 
+from kernel_dsl.errors import BackendError
 from kernel_dsl.ir import Op
 
 from .layout import orient_with
@@ -20,6 +21,12 @@ OPS = {"add": "nl.add", "mul": "nl.multiply", "max": "nl.maximum", "min": "nl.mi
 
 
 def scan(w: Writer, op: Op) -> None:
+    if op.attrs["op"] == "combine":
+        raise BackendError("a scan with a general combine function (several values, or more than "
+                           "one op) on the NKI backend", op.loc,
+                           "NKI's engines apply one ALU op per instruction to whole tiles: the "
+                           "NKI lowering scans with one of + * max min & | ^ (a combine of one "
+                           "such op); use the pallas or triton backend for this kernel")
     r, x = op.result, op.operands[0]
     xc = w.core(x)
     pos = xc.pos_of(op.attrs["axis"])

@@ -66,6 +66,23 @@ def _scan(x, axis, op, reverse):
         k *= 2
     return x
 """
+SCAN_N_HELPER = """
+def _scan_n(xs, axis, op, reverse):
+    \"\"\"The log-step scan of a tuple of arrays with `op(earlier..., later...)` (reverse:
+    `op(later..., earlier...)`), a combine region rendered as a function.\"\"\"
+    if xs[0].ndim == 1:
+        return tuple(y[0] for y in _scan_n(tuple(x[None, :] for x in xs), 1, op, reverse))
+    n = xs[0].shape[axis]
+    pos = jax.lax.broadcasted_iota(jnp.int32, xs[0].shape, axis)
+    k = 1
+    while k < n:
+        moved = tuple(pltpu.roll(x, n - k if reverse else k, axis) for x in xs)
+        new = op(*moved, *xs)
+        keep = pos < n - k if reverse else pos >= k
+        xs = tuple(jnp.where(keep, y, x) for y, x in zip(new, xs))
+        k *= 2
+    return xs
+"""
 SCAN_OP = {"add": "jnp.add", "mul": "jnp.multiply", "max": "jnp.maximum", "min": "jnp.minimum",
            "and": "jnp.bitwise_and", "or": "jnp.bitwise_or", "xor": "jnp.bitwise_xor"}
 FLOATS = ("f32", "bf16", "f16")
@@ -274,6 +291,8 @@ class _KernelWriter:
                 expr = f"jnp.where(jnp.isnan({ins[0]}).any(axis={a['axis']}{keep}), jnp.nan, {expr})"
         elif k == "dot":
             expr = self.dot(op, ins)
+        elif k == "scan" and a["op"] == "combine":
+            return self.combine_scan(op)
         elif k == "scan":
             expr = f"_scan({ins[0]}, {a['axis']}, {SCAN_OP[a['op']]}, {a['reverse']})"
         elif k == "expand_dims":
@@ -293,6 +312,25 @@ class _KernelWriter:
             raise BackendError(f"the pallas renderer has no rule for IR op `{k}`", op.loc,
                                "this is a kernel_dsl bug; please report it with the kernel")
         self.bind(r, expr, op)
+
+    def combine_scan(self, op: Op) -> None:
+        """A scan whose combine is a region: a local function of its `[]` args, rendered by the
+        same rules, scanned by `_scan_n` (values here are exactly the axis' size: no padding)."""
+        a, reg, em = op.attrs, op.attrs["combine"], self.em
+        fname = f"_combine_{op.result.id}"
+        em.line(f"def {fname}({', '.join(f'a{i}' for i in range(len(reg.args)))}):", op)
+        em.indent += 1
+        for i, v in enumerate(reg.args):
+            self.names[v.id] = f"a{i}"
+        for o in reg.ops:
+            self.op(o)
+        em.line(f"return {', '.join(self.n(y) for y in reg.yields)},")
+        em.indent -= 1
+        xs = ", ".join(self.n(v) for v in op.operands)
+        for r in op.results:
+            self.names[r.id] = f"v{r.id}"
+        em.line(f"{', '.join(self.n(r) for r in op.results)}, = _scan_n(({xs},), {a['axis']}, "
+                f"{fname}, {a['reverse']})", op)
 
     def elementwise(self, op: Op, ins: list[str]) -> str:
         k, r = op.kind, op.result
@@ -585,6 +623,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         "from jax.experimental.pallas import tpu as pltpu",
         *([PROD_HELPER] if any("_prod(" in ln for ln in body.lines) else []),
         *([SCAN_HELPER] if any("_scan(" in ln for ln in body.lines) else []),
+        *([SCAN_N_HELPER] if any("_scan_n(" in ln for ln in body.lines) else []),
         "",
         *([f"VMEM_LIMIT_BYTES = {tgt.vmem_limit}  # {tgt.name}: "
            f"{tgt.vmem_bytes >> 20} MiB of VMEM per TensorCore"] if tgt else []),

@@ -82,6 +82,7 @@ class _KernelWriter:
         self.names: dict[int, str] = {}
         self.helpers: set[str] = set()
         self.full_dims: set[int] = set()  # ints with `offs_<n>`/`mask_<n>` at the kernel top
+        self.combines: list[str] = []  # `scan` combine regions as @triton.jit functions
 
     # -- names of offsets and masks ------------------------------------------------------------
     def n(self, v: Value) -> str:
@@ -236,6 +237,8 @@ class _KernelWriter:
             expr = f"{ins[0]}.to({TL[a['dtype']]}, bitcast=True)"
         elif k == "reduce":
             expr = self.reduce(op, ins[0])
+        elif k == "scan" and a["op"] == "combine":
+            return self.combine_scan(op)
         elif k == "scan":
             expr = self.scan(op, ins[0])
         elif k == "dot":
@@ -290,6 +293,36 @@ class _KernelWriter:
             expr = narrow(expr, r.dtype, self.cpu, self.helpers) if r.dtype in ("bf16", "f16") \
                 else f"{expr}.to({TL[r.dtype]})"
         return expr
+
+    def combine_scan(self, op: Op) -> None:
+        """A scan whose combine is a region: a @triton.jit function of its `[]` args, rendered by
+        the same rules, and tl.associative_scan of the tuple. With a validity flag (the last
+        operand, op.attrs["flag"]), lanes past the axis' end this config pads get flag 0."""
+        a, reg = op.attrs, op.attrs["combine"]
+        fname = f"_combine_{op.result.id}"
+        em, names = self.em, self.names
+        self.em, self.names = _Emitter(), {}
+        try:
+            for i, v in enumerate(reg.args):
+                self.names[v.id] = f"a{i}"
+            for o in reg.ops:
+                self.op(o)
+            ys = ", ".join(self.n(y) for y in reg.yields)
+            body = self.em.lines
+        finally:
+            self.em, self.names = em, names
+        args = ", ".join(f"a{i}" for i in range(len(reg.args)))
+        self.combines.append("\n".join(["@triton.jit", f"def {fname}({args}):", *body,
+                                        f"    return {ys},"]))
+        xs = [self.n(v) for v in op.operands]
+        if a["flag"]:
+            m = self.mask(op.operands[0].shape[a["axis"]])
+            if m is not None:
+                xs[-1] = f"tl.where({expand(m, a['axis'], op.result.rank)}, {xs[-1]}, 0)"
+        for r in op.results:
+            self.names[r.id] = f"v{r.id}"
+        self.em.line(f"{', '.join(self.n(r) for r in op.results)}, = tl.associative_scan(("
+                     f"{', '.join(xs)},), {a['axis']}, {fname}, reverse={a['reverse']})", op)
 
     def scan(self, op: Op, x: str) -> str:
         """tl.associative_scan; a reverse scan reads lanes past the axis' end first (padding of
@@ -541,6 +574,8 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
            "import torch", "import triton", "import triton.language as tl", ""]
     for h in sorted(w.helpers):
         src += [HELPERS[h].rstrip("\n"), ""]
+    for fn in w.combines:  # after the helpers they call
+        src += [fn, ""]
     src += ["", "@triton.jit", f"def {kname}({', '.join(f'{p.name}_ptr' for p in ins + outs)}):",
             *body, "", ""]
     src += _launcher(ir, kname, programs, num_warps, num_stages)
