@@ -1,14 +1,15 @@
 """Scans in device code (IR op `scan`): torch.cumsum/cumprod (functions and methods, torch's dtype
 rules), Helion's kd.cumsum/cumprod/associative_scan (reverse=, user combine functions), on every
 backend against torch: f32/bf16/int32/int8/uint8/bool, int32 overflow wrapping, ragged blocks
-(primes, size 1) under every config, any dim of 1-D to 3-D tiles."""
+(primes, size 1) under every config, any dim of 1-D to 3-D tiles; general combine functions of
+tuples of tiles (Helion's examples/segment_reduction.py port) on pallas and triton."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import kernel_dsl as kd
-from kernel_dsl.errors import KernelError, UnsupportedOpError
+from kernel_dsl.errors import KernelError
 
 BACKENDS = ("pallas", "triton", "nki")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -231,21 +232,140 @@ def test_3d_tiles(backend: str) -> None:
         assert torch.equal(g, w.to(I32))
 
 
+# -- general combine functions (IR scan op="combine"): pallas and triton; NKI says why not ------
+def combine_fn_helion(
+    left_values: torch.Tensor,
+    left_indices: torch.Tensor,
+    right_values: torch.Tensor,
+    right_indices: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Helion's examples/segment_reduction.py combine function (not commutative)."""
+    combined_values = torch.where(
+        left_indices == right_indices, left_values + right_values, right_values
+    )
+    return combined_values, right_indices
+
+
 @kd.kernel
-def two_values(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)
-    for tm in kd.tile(x.shape[0]):
-        r = x[tm, :]
-        a, _ = kd.associative_scan(lambda a0, a1, b0, b1: (a0 + b0, a1 + b1), (r, r), 1)
-        out[tm, :] = a
+def segmented_reduction_helion(
+    indices: torch.Tensor, input_data: torch.Tensor, num_nodes: int
+) -> torch.Tensor:
+    """Helion's examples/segment_reduction.py, renamed (hl. -> kd.)."""
+    num_elements, num_features = input_data.shape
+    output = torch.zeros(
+        (num_nodes, num_features), dtype=input_data.dtype, device=input_data.device
+    )
+    for tile_e, tile_f in kd.tile([num_elements, num_features]):
+        vals = input_data[tile_e, tile_f]
+        idxs = indices[tile_e]
+        idxs_next = kd.load(
+            indices, [tile_e.index + 1], extra_mask=tile_e.index < num_elements - 1
+        )
+        tuple_in = (vals, idxs.float().unsqueeze(1).expand_as(vals))
+        out_vals, _ = kd.associative_scan(combine_fn_helion, tuple_in, dim=0)
+        mask = (idxs != idxs_next) | (
+            tile_e.index % tile_e.block_size == tile_e.block_size - 1
+        )
+        segment_vals = torch.where(mask.unsqueeze(1), out_vals, 0.0)
+        kd.atomic_add(output, [idxs, tile_f], segment_vals)
+    return output
+
+
+def segmented_reduction_pytorch(indices: torch.Tensor, input_data: torch.Tensor,
+                                num_nodes: int) -> torch.Tensor:
+    out = torch.zeros(num_nodes, input_data.size(1), dtype=input_data.dtype)
+    return out.scatter_add_(0, indices.long().unsqueeze(1).expand(-1, input_data.size(1)), input_data)
+
+
+def test_helion_segment_reduction_port() -> None:
+    """Runs on triton. Pallas refuses the kernel before the scan: `indices` is both an atomic's
+    scatter index (SMEM, lane by lane on TPU) and a vector load; NKI refuses the combine."""
+    backend = "triton"
+    indices = torch.randint(0, 10, (53,)).sort()[0].to(I32)
+    x = torch.randn(53, 7)
+    want = segmented_reduction_pytorch(indices, x, 10)
+    with kd.backend("pallas"), pytest.raises(kd.ConfigError, match="gather index and as a vector"):
+        segmented_reduction_helion(indices, x, 10)
+    with kd.backend("nki"), pytest.raises(KernelError):
+        segmented_reduction_helion(indices, x, 10)
+    with kd.backend(backend):
+        torch.testing.assert_close(segmented_reduction_helion(indices, x, 10), want,
+                                   atol=1e-4, rtol=1e-4)
+    for cfg in list(segmented_reduction_helion.configs(indices, x, 10, backend=backend))[:6]:
+        got = segmented_reduction_helion.run_cpu(backend, (indices, x, 10), cfg)[0]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@kd.kernel
+def segment_scans(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Both of Helion's tuple forms, reverse (the scan of the reversed order), a ragged tile dim."""
+    outs = [torch.empty_like(x) for _ in range(3)]
+    for t in kd.tile(x.shape[0]):
+        v, s = x[t], seg[t]
+        outs[0][t], _ = kd.associative_scan(combine_fn_helion, (v, s), 0)
+        outs[1][t], _ = kd.associative_scan(combine_fn_helion, (v, s), 0, reverse=True)
+        outs[2][t], _ = kd.associative_scan(
+            lambda a, b: combine_fn_helion(a[0], a[1], b[0], b[1]), (v, s), 0, reverse=True)
+    return tuple(outs)
+
+
+def _segment_ref(v: torch.Tensor, s: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """Helion's reference: acc = combine(acc, current), in reversed order for reverse."""
+    order = range(len(v) - 1, -1, -1) if reverse else range(len(v))
+    out, acc = torch.empty_like(v), None
+    for k in order:
+        acc = (v[k], s[k]) if acc is None else combine_fn_helion(acc[0], acc[1], v[k], s[k])
+        out[k] = acc[0]
     return out
 
 
+@pytest.mark.parametrize("backend", ("pallas", "triton"))
+def test_tuple_combines_every_config(backend: str) -> None:
+    for n in (37, 1):
+        x = torch.randn(n)
+        seg = torch.randint(0, 4, (n,)).sort()[0].float()
+        for cfg in segment_scans.configs(x, seg, backend=backend):
+            b = min(cfg.block_sizes[0], n)
+            got = segment_scans.run_cpu(backend, (x, seg), cfg)
+            fwd = _per_block_2(x, seg, b, False)
+            rev = _per_block_2(x, seg, b, True)
+            for g, w in zip(got, (fwd, rev, rev)):
+                torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def _per_block_2(x: torch.Tensor, s: torch.Tensor, b: int, reverse: bool) -> torch.Tensor:
+    return torch.cat([_segment_ref(x[i:i + b], s[i:i + b], reverse) for i in range(0, len(x), b)])
+
+
+def test_nki_refuses_general_combines() -> None:
+    x = torch.randn(16)
+    with kd.backend("nki"), pytest.raises(kd.BackendError, match="(?s)general combine.*NKI"):
+        segment_scans(x, x)
+
+
 @kd.kernel
-def odd_combine(x: torch.Tensor) -> torch.Tensor:
+def product_combine(x: torch.Tensor) -> torch.Tensor:
+    """Several ops, one value: a + b + ab is associative ((1 + a)(1 + b) - 1)."""
     out = torch.empty_like(x)
     for tm in kd.tile(x.shape[0]):
-        out[tm, :] = kd.associative_scan(lambda a, b: a + 2 * b, x[tm, :], 1)
+        out[tm, :] = kd.associative_scan(lambda a, b: a + b + a * b, x[tm, :], 1, reverse=True)
+    return out
+
+
+@pytest.mark.parametrize("backend", ("pallas", "triton"))
+def test_one_value_general_combine(backend: str) -> None:
+    x = 0.1 * torch.randn(9, 29)
+    with kd.backend(backend):
+        got = product_combine(x)
+    torch.testing.assert_close(got, (1 + x).flip(1).cumprod(1).flip(1) - 1, atol=1e-5, rtol=1e-5)
+
+
+@kd.kernel
+def outer_value(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tm in kd.tile(x.shape[0]):
+        r = x[tm, :]
+        out[tm, :] = kd.associative_scan(lambda a, b: a + b * r.sum(), r, 1)
     return out
 
 
@@ -259,11 +379,9 @@ def float_xor(x: torch.Tensor) -> torch.Tensor:
 
 def test_unsupported_scans_say_why() -> None:
     x = torch.randn(4, 8)
-    with pytest.raises(UnsupportedOpError, match="tuple of 2 tiles"):
-        two_values(x)
-    with pytest.raises(UnsupportedOpError, match="torch.maximum"):
-        odd_combine(x)
-    with pytest.raises(KernelError):
+    with pytest.raises(KernelError, match="outside its arguments"):
+        outer_value(x)
+    with pytest.raises(kd.DTypeError, match="needs integer or bool"):
         float_xor(x.int())
 
 
@@ -276,6 +394,7 @@ def test_the_real_tpu_compiler_accepts_scans() -> None:
              (torch_scans, (_values(torch.int8, 64, 256),)),
              (block_scans, (torch.randn(1000),)),
              (combines, (torch.randn(64, 256).bfloat16().float(),)),
+             (segment_scans, (torch.randn(1024), torch.randn(1024))),
              (scans_3d, (torch.randint(0, 5, (4, 16, 128), dtype=I32),)))
     for k, args in cases:
         report = k.check(*args, targets=TPU_TARGETS, measure_vmem=False)
