@@ -184,6 +184,11 @@ def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float,
                 padded += trips * batch * 2.0 * _pad(m, 8) * _pad(k, mx) * _pad(n, mx) * passes
             elif op.kind in ("load", "store") and gather_entry(op) is not None:
                 vpu += trips * _gather_elems(op, plan)
+            elif op.kind == "scan":  # log-step: a roll, the combine and a select per step
+                x = op.operands[0]
+                n = _elems((x.shape[op.attrs["axis"]],), plan)
+                steps = max(1, (n - 1).bit_length())
+                vpu += trips * 3 * steps * len(op.operands) * _elems(x.shape, plan)
             elif op.kind in EUP_OPS:
                 eup += trips * _elems(op.results[0].shape, plan)
             elif op.kind in VPU_OPS:

@@ -95,8 +95,8 @@ def _parallel(ir: KernelIR, t: TileVar) -> bool:
         # is the extent); lane indices do not
         if k in ("tile_size", "tile_count", "pad_fill") and op.attrs["tile"] is t:
             return False
-        if k == "reduce" and op.operands[0].shape[op.attrs["axis"]] is t:
-            return False
+        if k in ("reduce", "scan") and op.operands[0].shape[op.attrs["axis"]] is t:
+            return False  # a scan runs within a block (and a reverse one from its end)
         if k == "dot" and op.operands[0].shape[-1] is t:
             return False
     return True
