@@ -40,6 +40,7 @@ from .tracing import current, user_loc
 # the pad value of lanes past a ragged block's end, per combine op (reverse scans read them)
 _REDUCE_NAME = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
 
+
 def _identity_of(op: str, dtype: str) -> float:
     if op in _REDUCE_NAME:
         return _identity(_REDUCE_NAME[op], dtype)
