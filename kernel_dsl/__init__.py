@@ -18,6 +18,7 @@ from .config import Config, ConfigSpace
 from .device_arange import arange
 from .device_load import load, store
 from .device_random import rand, randint
+from .device_shapes import join, split
 from .errors import (
                      ArgumentError,
                      BackendError,
@@ -41,8 +42,8 @@ __all__ = [
     "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
-    "arange", "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "load",
-    "print_ir", "rand", "randint", "register_block_size", "set_shape_buckets", "shape_buckets",
-    "specialize", "store", "tile", "tpu_kernel", "zeros",
+    "arange", "backend", "block_size", "dot", "full", "grid", "interpret_mode", "join", "kernel",
+    "load", "print_ir", "rand", "randint", "register_block_size", "set_shape_buckets",
+    "shape_buckets", "specialize", "split", "store", "tile", "tpu_kernel", "zeros",
     "__version__",
 ]

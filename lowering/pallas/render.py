@@ -260,6 +260,14 @@ class _KernelWriter:
             expr = f"{ins[0]}.T" if r.rank == 2 else f"jnp.swapaxes({ins[0]}, -1, -2)"
         elif k == "broadcast":
             expr = f"jnp.broadcast_to({ins[0]}, {self.shape(a['shape'])})"
+        elif k == "reshape":
+            expr = f"{ins[0]}.reshape({self.shape(a['shape'])})"
+        elif k == "concat":
+            expr = f"jnp.concatenate([{', '.join(ins)}], axis={a['axis']})"
+        elif k == "slice":
+            expr = f"jax.lax.slice_in_dim({ins[0]}, {a['start']}, {a['stop']}, axis={a['axis']})"
+        elif k == "permute":
+            expr = f"jnp.transpose({ins[0]}, {tuple(a['perm'])})"
         elif k == "pad_fill":
             t = a["tile"]
             if not is_ragged(t, self.plan.blocks):
