@@ -108,6 +108,16 @@ def test_triton_refuses_to_regroup_padded_dims() -> None:
         swap_pairs(torch.randn(7, 6))
 
 
+def test_tpu_v4_refuses_to_split_a_wide_minor_dim() -> None:
+    """libtpu's tpu-v4 compiler rejects `[m, 256] -> [m, 128, 2]` ("unsupported shape cast");
+    tpu-v5e and newer compile it (the slow test below)."""
+    x = torch.empty(64, 256)
+    with pytest.raises(BackendError, match=r"tpu-v4 cannot reshape.*minor dim of 256 lanes"):
+        swap_pairs.source(x, target="tpu-v4")
+    assert "reshape" in swap_pairs.source(x, target="tpu-v5e")
+    assert "slice_in_dim" in rotate_halves.source(x, target="tpu-v4")  # the rope form
+
+
 def test_nki_refuses_to_regroup_the_on_chip_tile() -> None:
     with kd.backend("nki"), pytest.raises(BackendError, match="between partitions"):
         swap_pairs(torch.randn(7, 64))
@@ -468,13 +478,15 @@ TPU_TARGETS = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
 @pytest.mark.slow
 def test_shape_ops_compile_for_every_tpu_target() -> None:
     """libtpu's compile-only targets accept the shape ops: halves (slices and a lane
-    concatenation), interleaved pairs (a size-2 minor dim), cat/stack, unit dims, rank-3
-    permutes, and the rope port."""
+    concatenation), interleaved pairs (a size-2 minor dim; not tpu-v4, whose compiler rejects
+    the split of a 256-lane dim: a BackendError there), cat/stack, unit dims, rank-3 permutes,
+    and the rope port."""
     E = torch.empty
     cases = [(rotate_halves, (E(64, 256),)), (swap_pairs, (E(64, 256),)),
              (cat_rows, (E(64, 128), E(64, 128))), (stacks, (E(64, 128),)),
              (unit_dims, (E(64, 128), E(128))), (swap_leading, (E(8, 64, 128),)),
              (rope_fwd, _rope_inputs(2, 4, 2, 64, 128, torch.bfloat16))]
     for kernel, args in cases:
-        r = kernel.check(*args, targets=TPU_TARGETS, measure_vmem=False)
+        targets = TPU_TARGETS[1:] if kernel is swap_pairs else TPU_TARGETS
+        r = kernel.check(*args, targets=targets, measure_vmem=False)
         assert r.ok, r.table()

@@ -6,7 +6,7 @@ from kernel_dsl.errors import BackendError, ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
 
 from .. import Generated
-from . import bounds, gather
+from . import bounds, gather, tpu_shapes
 from .call import Scratch, pallas_call
 from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, covers, plan_for
 from .syntax import JNP, lit, tup
@@ -543,6 +543,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         _no_fp8_dots(ir, tgt.name)
     if tgt is not None:
         _no_f16_bit_views(ir, tgt.name)
+        tpu_shapes.check(ir, tgt.name, plan.eb)
     gather.check_form(ir)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS)
