@@ -19,6 +19,7 @@ from .device_arange import arange
 from .device_load import load, store
 from .device_random import rand, randint
 from .device_scans import associative_scan, cumprod, cumsum
+from .device_shapes import join, split
 from .errors import (
                      ArgumentError,
                      BackendError,
@@ -43,8 +44,8 @@ __all__ = [
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
     "arange", "associative_scan", "backend", "block_size", "cumprod", "cumsum", "dot", "full",
-    "grid", "interpret_mode", "kernel", "load",
-    "print_ir", "rand", "randint", "register_block_size", "set_shape_buckets", "shape_buckets",
-    "specialize", "store", "tile", "tpu_kernel", "zeros",
+    "grid", "interpret_mode", "join", "kernel", "load", "print_ir", "rand", "randint",
+    "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "split", "store",
+    "tile", "tpu_kernel", "zeros",
     "__version__",
 ]

@@ -19,7 +19,7 @@ INT_DTYPES = ("i32", "i16", "i8", "u8")
 # storage-only floats: they flow into loads, stores, casts, data movement and matmuls (docs/ir.md)
 FP8_DTYPES = ("f8e4m3fn", "f8e5m2")
 FP8_OPS = ("load", "store", "cast", "dot", "pad_fill", "expand_dims", "transpose", "broadcast",
-           "full", "loop", "bitcast")
+           "full", "loop", "bitcast", "reshape", "concat", "slice", "permute")
 ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",) + FP8_DTYPES
 DTYPE_BITS = {"f32": 32, "bf16": 16, "f16": 16, "i32": 32, "i16": 16, "i8": 8, "u8": 8, "bool": 8,
               "f8e4m3fn": 8, "f8e5m2": 8}
@@ -34,7 +34,8 @@ SCAN_OPS = ("add", "mul", "max", "min", "and", "or", "xor")  # the combines of `
 # every other op kind; each has reference semantics in ir_verify and one rule per backend
 STRUCTURAL_OPS = ("load", "store", "const", "full", "iota", "arange", "tile_begin", "tile_id", "tile_size",
                   "tile_count", "cast", "where", "reduce", "dot", "expand_dims", "transpose",
-                  "broadcast", "pad_fill", "loop", "bitcast", "scan")
+                  "broadcast", "pad_fill", "loop", "bitcast", "scan", "reshape", "concat", "slice",
+                  "permute")
 
 
 @dataclass(eq=False)

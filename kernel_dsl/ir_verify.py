@@ -1,6 +1,8 @@
 """Checks the tile IR's invariants. A failure here is a kernel_dsl bug, never the user's."""
 from __future__ import annotations
 
+import math
+
 from .errors import IRVerificationError
 from .ir import (
     ALL_DTYPES,
@@ -135,8 +137,47 @@ def _check_op(op: Op, defined: set[int]) -> None:
     elif k == "broadcast":
         if broadcast_shapes(op.operands[0].shape, op.result.shape) != op.result.shape:
             _fail(op, "broadcast to a shape the operand does not broadcast to")
+    elif k in ("reshape", "concat", "slice", "permute"):
+        _check_shape_op(op)
     elif k not in STRUCTURAL_OPS:
         _fail(op, f"unknown op `{k}`")
+
+
+def _tiles(shape: tuple) -> list[int]:
+    return [d.id for d in shape if isinstance(d, TileVar)]
+
+
+def _ints(shape: tuple) -> int:
+    return math.prod(d for d in shape if not isinstance(d, TileVar))
+
+
+def _check_shape_op(op: Op) -> None:
+    """reshape keeps the tile dims in order and the int elements; concat joins along an int
+    axis; slice takes [start, stop) of an int axis; permute reorders the dims."""
+    k, x, r, a = op.kind, op.operands[0], op.result, op.attrs
+    if any(v.dtype != r.dtype for v in op.operands):
+        _fail(op, f"`{k}` changes the dtype")
+    if k == "reshape":
+        if a["shape"] != r.shape or _tiles(x.shape) != _tiles(r.shape) \
+                or _ints(x.shape) != _ints(r.shape):
+            _fail(op, "`reshape` must keep the tile dims in order and the element count")
+    elif k == "permute":
+        if sorted(a["perm"]) != list(range(x.rank)) or \
+                tuple(x.shape[p] for p in a["perm"]) != r.shape:
+            _fail(op, "`permute` result does not match its perm")
+    else:
+        ax = a["axis"]
+        if not 0 <= ax < x.rank or isinstance(x.shape[ax], TileVar):
+            _fail(op, f"`{k}` along axis {ax}, which is not an int dim")
+        if k == "slice" and not (0 <= a["start"] < a["stop"] <= x.shape[ax]
+                                 and r.shape == x.shape[:ax] + (a["stop"] - a["start"],)
+                                 + x.shape[ax + 1:]):
+            _fail(op, "`slice` bounds or result shape are wrong")
+        if k == "concat":
+            rest = [v.shape[:ax] + v.shape[ax + 1:] for v in op.operands]
+            if any(s != rest[0] for s in rest) or any(v.rank != x.rank for v in op.operands) \
+                    or r.shape[ax] != sum(v.shape[ax] for v in op.operands):
+                _fail(op, "`concat` operands do not line up")
 
 
 def _verify_region(region: Region, defined: set[int]) -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import kernel_dsl as kd
-from kernel_dsl.errors import BackendError, DTypeError, IRVerificationError, UnsupportedOpError
+from kernel_dsl.errors import BackendError, DTypeError, IRVerificationError, ShapeError
 from kernel_dsl.ir_verify import verify
 
 BACKENDS = ("pallas", "triton", "nki")
@@ -175,7 +175,7 @@ def _line(tag: str) -> str:
 
 @pytest.mark.parametrize("kernel,exc,tag,words", [
     (k_narrowing_view, DTypeError, "narrowing", ("element width", "32 -> 16 bits", "shifts")),
-    (k_shape_view, UnsupportedOpError, "shape", ("reshape",)),
+    (k_shape_view, ShapeError, "shape", ("reshape", "tile dims must stay")),
     (k_bool_view, DTypeError, "bool", ("bool", "x.to(torch.uint8)")),
 ])
 def test_bad_views_are_clear_errors(kernel, exc, tag, words) -> None:  # noqa: ANN001

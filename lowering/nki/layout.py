@@ -139,6 +139,14 @@ def axis_map(op: Op) -> dict[int, int]:
         m = {i: i for i in range(x.rank)}
         m[x.rank - 1], m[x.rank - 2] = x.rank - 2, x.rank - 1
         return m
+    if op.kind == "permute":
+        return {p: i for i, p in enumerate(op.attrs["perm"])}
+    if op.kind == "reshape":  # only unit dims come or go (lower_shapes.py refuses the rest)
+        xs = [i for i, d in enumerate(x.shape) if d != 1]
+        rs = [i for i, d in enumerate(r.shape) if d != 1]
+        same = len(xs) == len(rs) and all(x.shape[i] is r.shape[j] or x.shape[i] == r.shape[j]
+                                          for i, j in zip(xs, rs))
+        return dict(zip(xs, rs)) if same else {}
     if op.kind == "reduce":
         k = op.attrs["axis"]
         if op.attrs["keepdim"]:
@@ -223,7 +231,10 @@ class _Infer:
         if k in SAME_LAYOUT:
             assert x is not None
             return self.get(x)
-        if k in ("expand_dims", "transpose", "broadcast"):
+        if k in ("slice", "concat"):  # the sliced/joined axis on the free axis
+            pos = r.pos_of(op.attrs["axis"])
+            return orient_with(pos, on_partitions=False) if pos is not None else None
+        if k in ("expand_dims", "transpose", "broadcast", "reshape", "permute"):
             assert x is not None
             xo = self.get(x)
             got = carry(self.core(x), xo, r, axis_map(op)) if xo else None
@@ -283,7 +294,10 @@ class _Infer:
             return []
         if k in SAME_LAYOUT:
             return [(op.operands[0], ro)]
-        if k in ("expand_dims", "transpose", "broadcast"):
+        if k in ("slice", "concat"):
+            pos = self.core(x).pos_of(op.attrs["axis"])
+            return [(v, orient_with(pos, False)) for v in op.operands] if pos is not None else []
+        if k in ("expand_dims", "transpose", "broadcast", "reshape", "permute"):
             assert x is not None
             xc, r = self.core(x), self.core(op.result)
             return [(x, o) for o in ("N", "T") if carry(xc, o, r, axis_map(op)) == ro][:1]

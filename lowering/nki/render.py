@@ -13,7 +13,7 @@ from kernel_dsl.errors import BackendError, ConfigError
 from kernel_dsl.ir import KernelIR
 
 from .. import Generated
-from . import lower_elementwise, lower_matmul, lower_memory, lower_reduce, lower_scan
+from . import lower_elementwise, lower_matmul, lower_memory, lower_reduce, lower_scan, lower_shapes
 from .emitter import Emitter
 from .expand import expand
 from .names import HBM_DTYPE, index, shape
@@ -22,7 +22,7 @@ from .targets import TARGETS, Target
 from .writer import Rule, Writer
 
 RULES: dict[str, Rule] = {**lower_memory.RULES, **lower_elementwise.RULES, **lower_matmul.RULES,
-                          **lower_reduce.RULES, **lower_scan.RULES}
+                          **lower_reduce.RULES, **lower_scan.RULES, **lower_shapes.RULES}
 KNOBS: tuple[str, ...] = ()  # the NKI backend has no knobs besides block sizes
 
 

@@ -6,7 +6,7 @@ from kernel_dsl.errors import BackendError, ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
 
 from .. import Generated
-from . import bounds, gather
+from . import bounds, gather, tpu_shapes
 from .call import Scratch, pallas_call
 from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, covers, plan_for
 from .syntax import JNP, lit, tup
@@ -301,6 +301,14 @@ class _KernelWriter:
             expr = f"{ins[0]}.T" if r.rank == 2 else f"jnp.swapaxes({ins[0]}, -1, -2)"
         elif k == "broadcast":
             expr = f"jnp.broadcast_to({ins[0]}, {self.shape(a['shape'])})"
+        elif k == "reshape":
+            expr = f"{ins[0]}.reshape({self.shape(a['shape'])})"
+        elif k == "concat":
+            expr = f"jnp.concatenate([{', '.join(ins)}], axis={a['axis']})"
+        elif k == "slice":
+            expr = f"jax.lax.slice_in_dim({ins[0]}, {a['start']}, {a['stop']}, axis={a['axis']})"
+        elif k == "permute":
+            expr = f"jnp.transpose({ins[0]}, {tuple(a['perm'])})"
         elif k == "pad_fill":
             t = a["tile"]
             if not is_ragged(t, self.plan.blocks):
@@ -595,6 +603,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         _no_fp8_dots(ir, tgt.name)
     if tgt is not None:
         _no_f16_bit_views(ir, tgt.name)
+        tpu_shapes.check(ir, tgt.name, plan.eb)
     gather.check_form(ir)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS)

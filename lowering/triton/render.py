@@ -21,6 +21,7 @@ from kernel_dsl.errors import BackendError, ConfigError
 from kernel_dsl.ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
 
 from .. import Generated
+from . import shapes
 from .exprs import (
     FP8,
     HELPERS,
@@ -251,6 +252,10 @@ class _KernelWriter:
             expr = f"tl.trans({ins[0]})" if r.rank == 2 else f"tl.permute({ins[0]}, {tuple(perm)})"
         elif k == "broadcast":
             expr = f"tl.broadcast_to({ins[0]}, {shape_list(lay.shape(a['shape']))})"
+        elif k in ("reshape", "concat", "slice"):
+            expr = shapes.render(self, op, ins)
+        elif k == "permute":
+            expr = f"tl.permute({ins[0]}, {tuple(a['perm'])})"
         elif k == "pad_fill":
             t = a["tile"]
             m = self.mask(t)
