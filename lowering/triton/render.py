@@ -192,6 +192,15 @@ class _KernelWriter:
         ptr, mask = self.address(op.attrs["tensor"], op.attrs["index"], store=True)
         m = f", mask={mask}" if mask else ""
         at = op.attrs.get("atomic")
+        if at and self.cpu and op.operands[0].dtype == "bf16" and not any(
+                ix.kind == "gather" for ix in op.attrs["index"]):
+            # Triton's interpreter has no bf16 atomics; it runs programs one after another, so
+            # a read-modify-write of a block (no duplicate lanes) is exact there
+            old = f"tl.load({ptr}{m}).to(tl.float32)"
+            v = f"{self.n(op.operands[0])}.to(tl.float32)"
+            new = f"{old} + {v}" if at == "add" else f"tl.{at}imum({old}, {v})"
+            self.em.line(f"tl.store({ptr}, {cast(new, 'f32', 'bf16', True, self.helpers)}{m})", op)
+            return
         if at:  # kd.atomic_*: every lane's update lands, duplicates included
             self.em.line(f"tl.atomic_{at}({ptr}, {self.n(op.operands[0])}{m}, "
                          f"sem={op.attrs['sem']!r})", op)
