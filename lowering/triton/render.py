@@ -206,6 +206,8 @@ class _KernelWriter:
                          f"sem={op.attrs['sem']!r})", op)
             return
         self.em.line(f"tl.store({ptr}, {self.n(op.operands[0])}{m})", op)
+        if any(op is o for o in self.ir.body.ops) and self._stores_read_back_op(op):
+            self.em.line("tl.debug_barrier()  # later loops read back what this stored")
 
     # -- ops -----------------------------------------------------------------------------------
     def op(self, op: Op) -> None:
@@ -382,6 +384,18 @@ class _KernelWriter:
         em.indent -= 1
         for res, x in zip(op.results, body.args):
             self.names[res.id] = f"v{x.id}"
+        if self._stores_read_back(body):  # the program's threads see the loop's stores
+            em.line("tl.debug_barrier()  # later loops read back what this one stored")
+
+    def _stores_read_back(self, body: Any) -> bool:
+        """The loop stores into an output that the kernel reads back (kernel_dsl/readback.py)."""
+        return any(self._stores_read_back_op(o) for o in body.walk())
+
+    def _stores_read_back_op(self, op: Op) -> bool:
+        if not hasattr(self, "_read_back"):
+            self._read_back = {id(o.attrs["tensor"]) for o in self.ir.body.walk()
+                               if o.kind == "load" and o.attrs.get("readback")}
+        return op.kind == "store" and id(op.attrs["tensor"]) in self._read_back
 
 
 def full(shape: str, value: Any, dtype: str) -> str:
