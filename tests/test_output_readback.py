@@ -293,3 +293,11 @@ def test_read_back_kernel_compiles_for_every_tpu() -> None:
             torch.randn(256, 512).to(dtype)
         rep = squeeze_and_excitation_net_fwd.check(x, a, b, targets=TPU_TARGETS)
         assert rep.ok, rep
+
+
+@pytest.mark.slow
+def test_read_back_kernel_compiles_for_sm90() -> None:
+    """The Triton kernel, with its barrier after the loop that stores `c`, for a real GPU."""
+    x, a, b = torch.randn(64, 128), torch.randn(128, 64), torch.randn(64, 128)
+    rep = squeeze_and_excitation_net_fwd.check(x, a, b, backend="triton")
+    assert rep.ok, rep

@@ -260,3 +260,15 @@ def test_split_k_compiles_for_every_tpu() -> None:
     cfg = matmul_split_k.default_config(x, y).replace(split_k=2)
     rep = matmul_split_k.check(x, y, targets=TPU_TARGETS, config=cfg)
     assert rep.ok, rep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_split_k_compiles_for_sm90(dtype: torch.dtype) -> None:
+    """16-bit `tl.atomic_add` into the half output, for a real GPU (sm_90)."""
+    x, y = torch.randn(64, 256).to(dtype), torch.randn(256, 64).to(dtype)
+    cfg = matmul_split_k.default_config(x, y, backend="triton").replace(split_k=4)
+    rep = matmul_split_k.check(x, y, backend="triton", config=cfg)
+    assert rep.ok, rep
+    assert "tl.atomic_add" in matmul_split_k.source(x, y, backend="triton", target="cuda",
+                                                     config=cfg)
