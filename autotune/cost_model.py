@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_dsl import tile_bounds
+from kernel_dsl import tile_bounds, tunables
 from kernel_dsl.config import Config
 from kernel_dsl.ir import BINARY_OPS, COMPARE_OPS, DTYPE_BITS, UNARY_OPS, KernelIR, Op, TileVar
 from kernel_dsl.lowering.pallas.gather import gather_entry, lane_form, packed_rows
@@ -267,6 +267,7 @@ def _hbm_bytes(ir: KernelIR, plan: Plan) -> float:
 def estimate(ir: KernelIR, config: Config, target: TpuTarget, *,
              live_fraction: float = 1.0) -> Estimate:
     cal = CALIBRATION[target.name]
+    ir = tunables.ir_for(ir, config)  # the trace for the config's kd.register_tunable values
     plan = plan_for(ir, config)
     useful, padded, eup, vpu = _op_cost(ir, plan, target)
     parallel_blocks = max((plan.nb(t) for t in ir.grid), default=1)

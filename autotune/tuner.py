@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernel_dsl import device_random, lowering
+from kernel_dsl import device_random, lowering, tunables
 from kernel_dsl.config import Config
 from kernel_dsl.errors import ConfigError, KernelError
 from kernel_dsl.host_views import kernel_tensors
@@ -127,6 +127,8 @@ def cache_key(kernel: Any, ir: KernelIR, backend: str, target: str,
     key = {"kernel": kernel.name, "ir": fingerprint(ir), "backend": backend, "target": target,
            "shapes": shape_bucket([p.shape for p in ir.inputs]),
            "dtypes": [p.dtype for p in ir.inputs]}
+    if ir.tunables:  # another fragment is another search
+        key["tunables"] = tunables.cache_part(ir)
     if evaluator == "schedule":  # its seconds and the model's never mix in one ranking
         key["evaluator"] = "schedule"
     return key

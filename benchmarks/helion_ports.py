@@ -5,8 +5,10 @@ example in a pytorch/helion git directory it:
 
 1. ports the file by renaming only (`import helion.language as hl` -> `import kernel_dsl as kd`,
    `hl.` -> `kd.`, each `@helion.kernel(...)` decorator, all its lines -> `@kd.kernel`,
-   `from helion._testing import ...` -> `from _harness import ...`, every other `import helion...` /
-   `from helion...` dropped). Any other `helion.` stays, so it fails with `NameError: helion`.
+   `from helion._testing import ...` -> `from _harness import ...`, `from helion.autotuner
+   import ...` -> `from kernel_dsl.autotuner import ...`, `helion.cdiv` / `helion.next_power_of_2`
+   -> `kd.`, every other `import helion...` / `from helion...` dropped). Any other `helion.`
+   stays, so it fails with `NameError: helion`.
    The port is written to OUT/src/NAME.py, the stand-in for `helion._testing` to OUT/_harness.py.
 2. `_harness` gives DEVICE=cpu, HALF_DTYPE=float16, LONG_INT_TYPE=int64, `do_bench` (calls the
    function once) and `run_example` (runs the first baseline once, then each kernel, and compares
@@ -188,6 +190,8 @@ def _import_rewrite(node: ast.AST, line: str) -> str | None:
         return None
     if node.module == "helion._testing":
         return line.replace("helion._testing", "_harness", 1)
+    if node.module == "helion.autotuner":  # the config fragments of kd.register_tunable
+        return line.replace("helion.autotuner", "kernel_dsl.autotuner", 1)
     return None
 
 
@@ -226,6 +230,7 @@ def port_source(source: str) -> str:
             if edits[i] is not None:
                 out.append(edits[i])
         else:
+            line = re.sub(r"(?<![\w.])helion\.(cdiv|next_power_of_2)\b", r"kd.\1", line)
             out.append(re.sub(r"(?<![\w.])hl\.", "kd.", line))
     return "\n".join(out) + "\n"
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from .atomics import atomic_add, atomic_max, atomic_min
+from .autotuner import BooleanFragment, EnumFragment, IntegerFragment, PowerOfTwoFragment
 from .buckets import set_shape_buckets, shape_buckets
 from .check import CheckEntry, CheckReport
 from .config import Config, ConfigSpace
@@ -36,11 +37,14 @@ from .ir import KernelIR
 from .ir_printer import print_ir
 from .kernel_object import Kernel, backend, interpret_mode, kernel, tpu_kernel
 from .language import BlockSize, block_size, dot, full, grid, register_block_size, specialize, tile, zeros
+from .tunables import cdiv, next_power_of_2, register_tunable
 from .version import __version__
 
 __all__ = [
     "atomic_add", "atomic_max", "atomic_min",
-    "ArgumentError", "BackendError", "BlockSize", "CheckEntry", "CheckReport", "Config",
+    "ArgumentError", "BackendError", "BlockSize", "BooleanFragment", "EnumFragment",
+    "IntegerFragment", "PowerOfTwoFragment", "cdiv", "next_power_of_2", "register_tunable",
+    "CheckEntry", "CheckReport", "Config",
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
     "arange", "associative_scan", "backend", "block_size", "cumprod", "cumsum", "dot", "full",

@@ -12,7 +12,8 @@ from .errors import DTypeError, KernelSyntaxError
 from .tracing import current, user_loc
 
 SEMS = ("relaxed", "acquire", "release", "acq_rel")
-DTYPES = {"add": ("f32", "i32"), "max": ("f32", "i32"), "min": ("f32", "i32")}
+# 16-bit float adds: Triton's fp16/bf16 atomics (bf16 from sm_90), Helion's split-K into half outputs
+DTYPES = {"add": ("f32", "i32", "f16", "bf16"), "max": ("f32", "i32"), "min": ("f32", "i32")}
 
 
 def _atomic(op: str, target: Any, index: Any, value: Any, sem: str) -> None:
@@ -31,7 +32,7 @@ def _atomic(op: str, target: Any, index: Any, value: Any, sem: str) -> None:
     p = mode._param(target, f"`{name}` into")
     if p.dtype not in DTYPES[op]:
         raise DTypeError(f"`{name}` into `{p.name}` of dtype {p.dtype}: atomics take "
-                         f"{' and '.join(DTYPES[op])} tensors", loc,
+                         f"{', '.join(DTYPES[op])} tensors", loc,
                          f"allocate `{p.name}` as torch.float32 (or torch.int32) and cast "
                          "after the kernel")
     idx = tuple(index) if isinstance(index, (list, tuple)) else (index,)

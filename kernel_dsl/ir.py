@@ -206,6 +206,11 @@ class KernelIR:
     # host_views.HostViews: torch views applied to the inputs before the kernel and to its returned
     # buffers after it (`x.view(-1)`, `return out.T`); None when the host code makes none
     host: Any = None
+    # kd.register_tunable (kernel_dsl/tunables.py): name -> fragment, the values this IR was
+    # traced with, and `retrace(values) -> KernelIR` for other values (None: this IR only)
+    tunables: dict[str, Any] = field(default_factory=dict)
+    tunable_values: dict[str, Any] = field(default_factory=dict)
+    retrace: Any = None
 
     @property
     def inputs(self) -> list[TensorParam]:

@@ -22,6 +22,7 @@ from . import (
     host_views,
     lowering,
     runtime_scalars,
+    tunables,
     wide_ints,
 )
 from .arg_check import (
@@ -266,13 +267,34 @@ class Kernel:
         ir = self._irs.get(key)
         if ir is None:
             self._validate(args)
-            ir = self._trace(args)
+            ir = self._traced(args, {})
             self._irs[self.arg_key(args)] = ir  # again: kd.specialize may have widened the key
         return ir
 
-    def _trace(self, args: tuple[Any, ...]) -> KernelIR:
+    def _traced(self, args: tuple[Any, ...], values: dict[str, Any]) -> KernelIR:
+        """A trace with these kd.register_tunable values (the fragments' defaults for the rest);
+        its `retrace` traces other values, each once (kernel_dsl/tunables.py)."""
+        ir = self._trace(args, values)
+        if ir.tunables:
+            # tensors: their metadata is all a trace reads (callables keep their closures)
+            metas = tuple(torch.empty(tuple(a.shape), dtype=a.dtype, device="meta")
+                          if isinstance(a, torch.Tensor) else a for a in args)
+            key = self.arg_key(args)
+
+            def retrace(want: dict[str, Any]) -> KernelIR:
+                vkey = key + (("tunables",) + tuple(sorted(want.items())),)
+                got = self._irs.get(vkey)
+                if got is None:
+                    got = self._irs[vkey] = self._traced(metas, want)
+                return got
+
+            ir.retrace = retrace
+        return ir
+
+    def _trace(self, args: tuple[Any, ...], tunable_values: dict[str, Any] | None = None) -> KernelIR:
         self.stats["traces"] += 1
         tracer = Tracer(self.name)
+        tracer.tunable_values = dict(tunable_values or {})
         call_args: list[Any] = []
         scalars = runtime_scalars.ScalarArgs()
         for i, (p, a) in enumerate(zip(self.params, args)):
@@ -362,7 +384,9 @@ class Kernel:
         if fn is None:
             be = lowering.get(backend_name)
             ir = self.ir(*args)
-            gen = be.render(ir, self._config_for(ir, be.name, be.cpu_target, config), be.cpu_target)
+            cfg = self._config_for(ir, be.name, be.cpu_target, config)
+            ir = tunables.ir_for(ir, cfg)  # the trace for its kd.register_tunable values
+            gen = be.render(ir, cfg, be.cpu_target)
             self.stats["renders"] += 1
             fn = be.compile(gen, ir, faithful=True) if faithful else be.compile(gen, ir)
             fn = wide_ints.wrap(ir, fn)  # int64 arguments and outputs: narrowed, widened

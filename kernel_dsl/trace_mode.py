@@ -7,7 +7,16 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from . import device_arange, device_if, dtypes, host_views, runtime_scalars, static_slices, tile_bounds
+from . import (
+    device_arange,
+    device_if,
+    dtypes,
+    host_views,
+    readback,
+    runtime_scalars,
+    static_slices,
+    tile_bounds,
+)
 from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v
 from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
 from .ir import Dim, Index, TensorParam, shape_str
@@ -215,11 +224,14 @@ class TraceMode(TorchFunctionMode):
 
     def _getitem(self, t: Any, idx: Any) -> TileValue:
         p = self._param(t, "indexing")
-        if p.is_output:
-            raise KernelSyntaxError(f"reading output `{p.name}` inside the kernel", user_loc(),
-                                    "keep the value in a variable instead of reading it back")
         index, shape = self._index(p, idx, load=True)
-        v = self.tracer.emit("load", [], {"tensor": p, "index": index}, shape, p.dtype)
+        attrs: dict[str, Any] = {"tensor": p, "index": index}
+        if p.is_output:  # what this grid program stored before (readback.py)
+            stored = readback.on_read(self.tracer, p, index, user_loc())
+            if stored is not None:
+                return TileValue(stored)
+            attrs["readback"] = True
+        v = self.tracer.emit("load", [], attrs, shape, p.dtype)
         return TileValue(v)
 
     def _setitem(self, t: Any, idx: Any, value: Any, atomic: dict[str, str] | None = None) -> None:
@@ -251,6 +263,7 @@ class TraceMode(TorchFunctionMode):
         v = device_if.guard_store(v, lambda: TileValue(self.tracer.emit(
             "load", [], {"tensor": p, "index": index}, shape, p.dtype)),
             (atomic or {}).get("atomic"), p.dtype)
+        readback.on_store(self.tracer, p, index, bool(atomic), loc, v.v)
         # kd.atomic_add/max/min (kernel_dsl/atomics.py) are stores with attrs "atomic", "sem"
         self.tracer.emit("store", [v.v], {"tensor": p, "index": index, **(atomic or {})})
         self.tracer.stored.add(id(p))

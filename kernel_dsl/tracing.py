@@ -95,6 +95,11 @@ class Tracer:
         self.prefix_uses: dict[int, tuple[str, int, int]] = {}
         self.pad_fills: dict[tuple[int, int, float], Value] = {}  # (value id, axis, fill) -> value
         self.views: Any = None  # host_views.ViewTracker, made by the first host view
+        # kd.register_tunable (tunables.py): the values to trace with, the fragments registered
+        # and the values the trace took
+        self.tunable_values: dict[str, Any] = {}
+        self.tunables: dict[str, Any] = {}
+        self.tunables_used: dict[str, Any] = {}
 
     # -- values and ops ------------------------------------------------------------------
     def new_value(self, shape: tuple[Dim, ...], dtype: str, op: Op | None, region: Region) -> Value:
@@ -215,7 +220,8 @@ class Tracer:
         host = self.views.host_views(list(zip(returns, chains))) if self.views is not None else None
         # the IR's name names generated functions and files: an ASCII identifier (names.py)
         return KernelIR(identifier(self.name), self.params, self.grid, self.body, self.block_syms,
-                        self.tiles, returns, self.grid[0].loc, host)
+                        self.tiles, returns, self.grid[0].loc, host, dict(self.tunables),
+                        dict(self.tunables_used))
 
 
 def _has_effects(op: Op) -> bool:

@@ -382,7 +382,7 @@ def test_atomics_get_typed_errors() -> None:
     def bf16_target(x: torch.Tensor):
         out = torch.zeros([x.shape[0]], dtype=torch.bfloat16)
         for t in kd.tile(x.shape[0]):
-            kd.atomic_add(out, [t], x[t])
+            kd.atomic_max(out, [t], x[t])  # 16-bit floats: atomic_add only
         return out
 
     x = torch.randn(5)
@@ -392,10 +392,22 @@ def test_atomics_get_typed_errors() -> None:
         assert "kd.atomic_add(x, [t], 1.0)" in str(e.value)
         with pytest.raises(DTypeError) as e2:
             bf16_target(x)
-        assert "atomics take f32 and i32" in str(e2.value)
+        assert "atomics take f32, i32 tensors" in str(e2.value)
+    # NKI: atomics into blocks are read-modify-writes (tests/test_register_tunable.py); through
+    # an index tile they are scatters, which its lowering does not render
     with kd.backend("nki"), pytest.raises(ConfigError) as e3:
-        column_stats(torch.randn(4, 4))
-    assert "does not render `kd.atomic_add`" in str(e3.value)
+        histogram(torch.randint(0, 10, (50,), dtype=torch.int32), 10)
+    assert "cannot scatter into `hist` through an index tile" in str(e3.value)
+
+
+def test_nki_atomics_into_blocks() -> None:
+    """NKI: the grid is loops of one kernel, run in order, so an atomic into a block is a load,
+    the op and a store (lowering/nki/expand.py)."""
+    x = torch.randn(45, 150)
+    for cfg in (None, kd.Config([16, 128])):
+        total, hi, lo = _run(column_stats, "nki", x, config=cfg)
+        torch.testing.assert_close(total, x.sum(0), rtol=1e-5, atol=1e-5)
+        assert torch.equal(hi, x.amax(0)) and torch.equal(lo, x.amin(0)), cfg
 
 
 @pytest.mark.slow  # the real TPU compiler, five targets: about 40-70 s

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from kernel_dsl import tunables
 from kernel_dsl.config import Config, ConfigSpace
 from kernel_dsl.ir import KernelIR
 
@@ -27,13 +28,13 @@ class NkiBackend:
     targets = tuple(TARGETS)
 
     def default_config(self, ir: KernelIR, target: str) -> Config:
-        return default_config(ir, target)
+        return tunables.extend_default(ir, default_config(ir, target))
 
     def config_space(self, ir: KernelIR, target: str) -> ConfigSpace:
-        return config_space(ir, target)
+        return tunables.extend_space(ir, config_space(ir, target))
 
     def render(self, ir: KernelIR, config: Config, target: str) -> Generated:
-        return _render(ir, config, target)
+        return tunables.render(_render, ir, config, target)
 
     def compile(self, gen: Generated, ir: KernelIR) -> Callable[..., Any]:
         return compile_for_torch(gen, ir)

@@ -8,6 +8,7 @@
   ties to even. Values with |x| >= 2^23 (already whole), inf and NaN pass through unchanged.
 - `log1p` / `expm1`: Kahan's forms, which divide out the rounding of `1 + x` / `exp(x)`, with
   ScalarE's `log` only fed inputs in its valid range.
+- `kd.atomic_*` into a block: a load, the op, a store (the grid runs in order: docs/nki.md).
 
 The SDK does not say whether float -> int32 conversion truncates or rounds to nearest; every
 rule here is exact either way (the corrections absorb a difference of one).
@@ -145,6 +146,17 @@ def _expm1(b: _Builder, op: Op) -> None:
     b.finish(b.where(small, b.where(one, x, k), b.bin("sub", u, 1.0)), op.result)
 
 
+def _atomic(b: _Builder, op: Op) -> None:
+    """`kd.atomic_*` into a block (no index tile): a read-modify-write. The NKI grid is loops
+    of one kernel on one NeuronCore, run in order, so no other update interleaves (docs/nki.md)."""
+    x = op.operands[0]
+    old = b.op("load", [], {"tensor": op.attrs["tensor"], "index": op.attrs["index"]}, x.shape,
+               x.dtype)
+    new = b.bin(op.attrs["atomic"], old, x)
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("atomic", "sem")}
+    b.ops.append(Op("store", [new], attrs, loc=op.loc))
+
+
 RULES: dict[str, Callable[[_Builder, Op], None]] = {
     "floordiv": _divmod, "mod": _divmod, "floor": _rounding, "ceil": _rounding,
     "round": _rounding, "log1p": _log1p, "expm1": _expm1,
@@ -167,12 +179,18 @@ def _position_scalar(op: Op) -> bool:
     return op.kind in ("floordiv", "mod") and value_range(op.result) is not None
 
 
+def _rule(op: Op) -> Callable[[_Builder, Op], None] | None:
+    if op.kind == "store" and op.attrs.get("atomic"):
+        return _atomic
+    return RULES.get(op.kind)
+
+
 def _rewrite(region: Region, ids: Any) -> None:
     ops: list[Op] = []
     for op in region.ops:
         if op.body is not None:
             _rewrite(op.body, ids)
-        rule = RULES.get(op.kind)
+        rule = _rule(op)
         if rule is None or _position_scalar(op):
             ops.append(op)
             continue
@@ -184,7 +202,7 @@ def _rewrite(region: Region, ids: Any) -> None:
 
 def expand(ir: KernelIR) -> KernelIR:
     """`ir` itself if nothing needs rewriting, else a rewritten copy (cached per IR object)."""
-    if not any(op.kind in EXPANDED for op in ir.body.walk()):
+    if not any(_rule(op) is not None for op in ir.body.walk()):
         return ir
     out = _cache.get(ir)
     if out is None:

@@ -49,12 +49,6 @@ def check_no_gather(ir: KernelIR) -> None:
     a gather or scatter whose index is `t.index + c` (shifted.py): the tile's block shifted by
     `c`, an ordinary DMA."""
     for op in ir.body.walk():
-        if op.kind == "store" and op.attrs.get("atomic"):
-            raise ConfigError(
-                f"the NKI lowering does not render `kd.atomic_{op.attrs['atomic']}` (into "
-                f"`{op.attrs['tensor'].name}`) yet", op.loc,
-                "accumulate in a loop-carried tile and store it once, or use the pallas or "
-                "triton backend")
         if op.kind in ("load", "store") and any(ix.kind == "gather" for ix in op.attrs["index"]):
             if shift_of(op) is not None:  # `x[t.index + 1]`: a shifted block, a plain DMA
                 continue

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from kernel_dsl import tunables
 from kernel_dsl.check import CheckEntry
 from kernel_dsl.config import Config
 from kernel_dsl.ir import KernelIR
@@ -20,13 +21,13 @@ class PallasBackend:
     targets = TPU_TARGETS
 
     def default_config(self, ir: KernelIR, target: str) -> Config:
-        return default_config(ir, target)
+        return tunables.extend_default(ir, default_config(ir, target))
 
     def config_space(self, ir: KernelIR, target: str) -> dict[str, list[Any]]:
-        return config_space(ir, target)
+        return tunables.extend_space(ir, config_space(ir, target))
 
     def render(self, ir: KernelIR, config: Config, target: str) -> Generated:
-        return _render(ir, config, target)
+        return tunables.render(_render, ir, config, target)
 
     def resolve_target(self, target: str) -> str:
         return resolve_target(target)

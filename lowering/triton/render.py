@@ -195,11 +195,22 @@ class _KernelWriter:
         ptr, mask = self.address(op.attrs["tensor"], op.attrs["index"], store=True)
         m = f", mask={mask}" if mask else ""
         at = op.attrs.get("atomic")
+        if at and self.cpu and op.operands[0].dtype == "bf16" and not any(
+                ix.kind == "gather" for ix in op.attrs["index"]):
+            # Triton's interpreter has no bf16 atomics; it runs programs one after another, so
+            # a read-modify-write of a block (no duplicate lanes) is exact there
+            old = f"tl.load({ptr}{m}).to(tl.float32)"
+            v = f"{self.n(op.operands[0])}.to(tl.float32)"
+            new = f"{old} + {v}" if at == "add" else f"tl.{at}imum({old}, {v})"
+            self.em.line(f"tl.store({ptr}, {cast(new, 'f32', 'bf16', True, self.helpers)}{m})", op)
+            return
         if at:  # kd.atomic_*: every lane's update lands, duplicates included
             self.em.line(f"tl.atomic_{at}({ptr}, {self.n(op.operands[0])}{m}, "
                          f"sem={op.attrs['sem']!r})", op)
             return
         self.em.line(f"tl.store({ptr}, {self.n(op.operands[0])}{m})", op)
+        if any(op is o for o in self.ir.body.ops) and self._stores_read_back_op(op):
+            self.em.line("tl.debug_barrier()  # later loops read back what this stored")
 
     # -- ops -----------------------------------------------------------------------------------
     def op(self, op: Op) -> None:
@@ -426,6 +437,18 @@ class _KernelWriter:
         em.indent -= 1
         for res, x in zip(op.results, body.args):
             self.names[res.id] = f"v{x.id}"
+        if self._stores_read_back(body):  # the program's threads see the loop's stores
+            em.line("tl.debug_barrier()  # later loops read back what this one stored")
+
+    def _stores_read_back(self, body: Any) -> bool:
+        """The loop stores into an output that the kernel reads back (kernel_dsl/readback.py)."""
+        return any(self._stores_read_back_op(o) for o in body.walk())
+
+    def _stores_read_back_op(self, op: Op) -> bool:
+        if not hasattr(self, "_read_back"):
+            self._read_back = {id(o.attrs["tensor"]) for o in self.ir.body.walk()
+                               if o.kind == "load" and o.attrs.get("readback")}
+        return op.kind == "store" and id(op.attrs["tensor"]) in self._read_back
 
 
 def full(shape: str, value: Any, dtype: str) -> str:
