@@ -299,8 +299,9 @@ def _as_tile(x: Any) -> TileValue:
 
 
 def _common(*xs: Any) -> tuple[list[TileValue], str]:
-    """Operands cast to torch's promoted dtype (Python scalars are weak)."""
-    # a float argument (runtime_scalars.py) is a tile that promotes as a Python scalar does
+    """Operands cast to torch's promoted dtype (Python scalars are weak; a float argument,
+    runtime_scalars.py, is a tile that promotes as one)."""
+    xs = tuple(x.device_value() if hasattr(type(x), "device_value") else x for x in xs)  # kd.BlockSize
     tiles = [x for x in xs if isinstance(x, TileValue) and not hasattr(type(x), "weak_proto")] \
         or [x for x in xs if isinstance(x, TileValue)]
     if not tiles:

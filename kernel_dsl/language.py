@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import block_dims, device_ops, tile_bounds
+from . import block_arith, block_dims, device_ops, tile_bounds
 from .device_ops import Tile, TileValue
 from .errors import KernelSyntaxError, LoopScopeError
 from .ir import BlockSym, Op, Region, Value, shape_str
@@ -25,6 +25,9 @@ class BlockSize:
 
     def __repr__(self) -> str:
         return f"kd.block_size({self.name!r})" if self.name else "kd.register_block_size(...)"
+
+
+block_arith.install(BlockSize)  # `x // bk * bk` in device code: an int32 scalar
 
 
 def block_size(name: str, choices: list[int] | tuple[int, ...] | None = None) -> BlockSize:

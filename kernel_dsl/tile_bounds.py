@@ -66,6 +66,11 @@ def value_range(v: Value) -> Range | None:
         return min(a0, b0), min(a1, b1)
     if k == "max":
         return max(a0, b0), max(a1, b1)
+    if k == "mul" and _rounded_down(op) is not None:  # x // b * b: in (x - b, x], >= 0 if x is
+        d = _rounded_down(op)
+        x0, x1 = value_range(d.operands[0])  # type: ignore[misc]
+        bmax = value_range(d.operands[1])[1]  # type: ignore[index]
+        return (0 if x0 >= 0 else x0 - bmax + 1), x1
     if k == "mul":
         p = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
         return min(p), max(p)
@@ -73,6 +78,19 @@ def value_range(v: Value) -> Range | None:
         return min(a0 // b0, a0 // b1), max(a1 // b0, a1 // b1)
     if k == "mod" and b0 > 0:
         return 0, b1 - 1
+    return None
+
+
+def _rounded_down(op: Any) -> Any:
+    """The `x // b` op of a product `(x // b) * b` (either order) with b > 0, else None."""
+    from .block_arith import same_size
+
+    for q, b in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+        d = q.op
+        if d is not None and d.kind == "floordiv" and same_size(d.operands[1], b):
+            r = value_range(b)
+            if r is not None and r[0] > 0:
+                return d
     return None
 
 

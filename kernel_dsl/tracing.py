@@ -90,6 +90,7 @@ class Tracer:
         self._next_value = 0
         self.stored: set[int] = set()
         self.pending_dims: dict[int, TileVar] = {}  # block sym -> dim awaiting its loop (block_dims.py)
+        self.size_tiles: dict[int, TileVar] = {}  # block sym -> its value's tile (block_arith.py)
         self.tile_bodies: dict[int, Region] = {}  # loop tile id -> its loop's body
         # tile id -> (tensor, axis, size): a tile over a leading part of a longer axis
         self.prefix_uses: dict[int, tuple[str, int, int]] = {}
