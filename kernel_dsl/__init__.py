@@ -32,6 +32,7 @@ from .errors import (
 )
 from .ir import KernelIR
 from .ir_printer import print_ir
+from .jagged import jagged_tile
 from .kernel_object import Kernel, backend, interpret_mode, kernel, tpu_kernel
 from .language import BlockSize, block_size, dot, full, grid, register_block_size, specialize, tile, zeros
 from .version import __version__
@@ -43,6 +44,6 @@ __all__ = [
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
     "arange", "backend", "block_size", "dot", "full", "grid", "interpret_mode", "kernel", "load",
     "print_ir", "rand", "randint", "register_block_size", "set_shape_buckets", "shape_buckets",
-    "specialize", "store", "tile", "tpu_kernel", "zeros",
+    "jagged_tile", "specialize", "store", "tile", "tpu_kernel", "zeros",
     "__version__",
 ]
