@@ -35,6 +35,7 @@ from .errors import (
 )
 from .ir import KernelIR
 from .ir_printer import print_ir
+from .jagged import jagged_tile
 from .kernel_object import Kernel, backend, interpret_mode, kernel, tpu_kernel
 from .language import BlockSize, block_size, dot, full, grid, register_block_size, specialize, tile, zeros
 from .tunables import cdiv, next_power_of_2, register_tunable
@@ -48,7 +49,7 @@ __all__ = [
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
     "arange", "associative_scan", "backend", "block_size", "cumprod", "cumsum", "dot", "full",
-    "grid", "interpret_mode", "join", "kernel", "load", "print_ir", "rand", "randint",
+    "grid", "interpret_mode", "jagged_tile", "join", "kernel", "load", "print_ir", "rand", "randint",
     "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "split", "store",
     "tile", "tpu_kernel", "zeros",
     "__version__",

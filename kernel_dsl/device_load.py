@@ -100,7 +100,7 @@ def _widen(p: TensorParam, items: list[Any], tr: Tracer, load: bool, name: str) 
                 it = binary("min", binary("max", it, 0), n - 1)
         out.append(it)
     out += items[len(out):]
-    if sum(1 for it in out if isinstance(it, TileValue) and it.v.rank == 1) > 1:
+    if sum(1 for it in out if isinstance(it, TileValue) and it.v.rank >= 1) > 1:
         raise UnsupportedOpError(
             f"`{name}` on `{p.name}`: more than one entry reaches outside its axis or is an "
             "index tile; each becomes a gather, and a subscript takes one", user_loc(),

@@ -116,8 +116,8 @@ class TensorParam:
 class Index:
     """One entry of a tensor subscript: a tile, `:` (the whole axis), an int, or a device
     scalar ("dyn": a `kd.grid` index or a loaded int; the axis is dropped, as for an int), or
-    a 1-D integer value ("gather": lane i reads/writes element scalar[i] of the axis; the axis
-    becomes the value's dim), or a static slice `a:b` ("slice": elements [value, stop) of the
+    an integer value of rank >= 1 ("gather": lane i reads/writes element scalar[i] of the
+    axis; the axis becomes the value's dims), or a static slice `a:b` ("slice": elements [value, stop) of the
     axis, ints with 0 <= value < stop <= size; shape dim = stop - value)."""
 
     kind: str  # "tile" | "full" | "int" | "dyn" | "gather" | "slice"

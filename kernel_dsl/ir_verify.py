@@ -111,9 +111,9 @@ def _check_op(op: Op, defined: set[int]) -> None:
             if ix.kind == "dyn" and (ix.scalar.rank != 0 or ix.scalar.dtype not in
                                      ("i32", "i16", "i8", "u8")):
                 _fail(op, f"`{k}` of {t.name} indexed by a non-scalar or non-integer value")
-            if ix.kind == "gather" and (ix.scalar.rank != 1 or ix.scalar.dtype not in
+            if ix.kind == "gather" and (ix.scalar.rank < 1 or ix.scalar.dtype not in
                                         ("i32", "i16", "i8", "u8")):
-                _fail(op, f"`{k}` of {t.name} gathers through a value that is not a 1-D int tile")
+                _fail(op, f"`{k}` of {t.name} gathers through a value that is not an int tile")
         if k == "store" and op.attrs.get("atomic") not in (None, "add", "max", "min"):
             _fail(op, f"unknown atomic {op.attrs['atomic']!r}")
         for ix, n in zip(op.attrs["index"], t.shape):

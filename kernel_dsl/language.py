@@ -325,13 +325,16 @@ def _shape(shape: Any) -> Any:
             if isinstance(s, BlockSize) else s for s in entries]
 
 
-def zeros(shape: Any, dtype: torch.dtype = torch.float32) -> TileValue:
+def zeros(shape: Any, dtype: torch.dtype = torch.float32, device: Any = None) -> TileValue:
     """A tile of zeros, e.g. an accumulator `kd.zeros([tm, tn], dtype=torch.float32)`; a
-    block size may be a dim: `kd.zeros([tm, bs])` (Helion's `hl.register_block_size`)."""
+    block size may be a dim: `kd.zeros([tm, bs])` (Helion's `hl.register_block_size`).
+    `device` (Helion's `hl.zeros(..., device=x.device)`) is accepted and ignored: a tile lives
+    where the kernel runs."""
     return device_ops.full(_shape(shape), 0, dtype)
 
 
-def full(shape: Any, value: float, dtype: torch.dtype = torch.float32) -> TileValue:
+def full(shape: Any, value: float, dtype: torch.dtype = torch.float32,
+         device: Any = None) -> TileValue:
     return device_ops.full(_shape(shape), value, dtype)
 
 

@@ -12,6 +12,7 @@ from . import (
     device_if,
     dtypes,
     host_views,
+    jagged,
     readback,
     runtime_scalars,
     static_slices,
@@ -32,7 +33,7 @@ _ALLOC_INIT = {
 # metadata reads that host code may do on (meta) tensors
 _HOST_OK = {"size", "dim", "stride", "numel", "is_contiguous", "__len__", "__format__",
             "__repr__", "element_size", "nelement", "get_device", "__hash__",
-            "is_floating_point", "is_complex"}
+            "is_floating_point", "is_complex", "storage_offset", "untyped_storage"}
 # dtype helpers that host code may call to choose output dtypes: they read only dtypes
 # (torch.finfo, torch.iinfo and torch.get_default_dtype never reach the mode)
 _HOST_DTYPE_OK = {torch.promote_types, torch.result_type, torch.can_cast}
@@ -46,9 +47,10 @@ def _scalar_index(it: Any) -> bool:
 
 
 def _gather_index(it: Any) -> bool:
-    """A 1-D integer tile value (`ids[tb]`, `t.index + 1`) indexes an axis lane by lane: a
-    gather in a load, a scatter in a store (docs/ir.md "Gather and scatter")."""
-    return isinstance(it, TileValue) and it.v.rank == 1 and it.v.dtype in ("i32", "i16", "i8",
+    """An integer tile value (`ids[tb]`, `t.index + 1`, or of rank N: `starts[:, None] +
+    tk.index[None, :]`) indexes an axis lane by lane: a gather in a load, a scatter in a store
+    (docs/ir.md "Gather and scatter"); the axis becomes the index's dims."""
+    return isinstance(it, TileValue) and it.v.rank >= 1 and it.v.dtype in ("i32", "i16", "i8",
                                                                             "u8")
 
 
@@ -63,10 +65,10 @@ def _gather_error(p: TensorParam, it: Any, loc: Any) -> KernelSyntaxError:
             f"`torch.where(mask, {p.name}[t], 0.0)`")
     elif it.v.dtype not in ("i32", "i16", "i8", "u8"):
         what = f"a {it.v.dtype} {'scalar' if not it.v.shape else 'tile'} (indices are integers)"
-    else:
-        what = f"a rank-{it.v.rank} integer tile (an index tile is 1-D)"
+    else:  # pragma: no cover - every integer tile is an index tile
+        what = f"a rank-{it.v.rank} integer tile"
     return UnsupportedOpError(
-        f"`{p.name}[...]` is indexed with {what}: gather and scatter go through one 1-D "
+        f"`{p.name}[...]` is indexed with {what}: gather and scatter go through one "
         "integer index tile per subscript", loc,
         f"index with a 1-D int tile: `{p.name}[ids[t]]`, `{p.name}[t.index + 1]` (cast with "
         "`.to(torch.int32)`); or gather in PyTorch before the kernel and pass the result")
@@ -201,7 +203,7 @@ class TraceMode(TorchFunctionMode):
                 tile_bounds.reach_through_gather(it.v, n)  # `A[start + tm.index, tk]`
                 it = device_if.guard_index(it) if load else it  # in a device `if`: in range
                 index.append(Index("gather", scalar=it.v))
-                shape.append(it.v.shape[0])
+                shape.extend(it.v.shape)  # an N-D index: the axis becomes its dims
             elif isinstance(it, TileValue):  # a device scalar: `x[g, :]`, `emb[ids[t], :]`
                 tr.check_visible(it.v, loc)
                 it = device_if.guard_index(it) if load else it  # in a device `if`: in range
@@ -229,10 +231,10 @@ class TraceMode(TorchFunctionMode):
         if p.is_output:  # what this grid program stored before (readback.py)
             stored = readback.on_read(self.tracer, p, index, user_loc())
             if stored is not None:
-                return TileValue(stored)
+                return jagged.mask_load(self.tracer, TileValue(stored), p.name)
             attrs["readback"] = True
         v = self.tracer.emit("load", [], attrs, shape, p.dtype)
-        return TileValue(v)
+        return jagged.mask_load(self.tracer, TileValue(v), p.name)  # in kd.jagged_tile: 0 past ends
 
     def _setitem(self, t: Any, idx: Any, value: Any, atomic: dict[str, str] | None = None) -> None:
         """`out[idx] = value`. As torch's setitem, the value is cast to the output's dtype
@@ -245,6 +247,23 @@ class TraceMode(TorchFunctionMode):
                 f"kernel writes into its argument `{p.name}`", loc,
                 f"allocate an output (`out = torch.empty_like({p.name})`), write it and return it")
         index, shape = self._index(p, idx)
+        items, pred = jagged.store_items(self.tracer, list(idx) if isinstance(idx, tuple)
+                                         else [idx], shape, p.name)
+        if pred is not None:  # in kd.jagged_tile: lanes past their row's end are not written
+            preds = self.tracer.__dict__.setdefault("if_preds", [])
+            outer = device_if.predicate()
+            preds.append(pred if outer is None else outer & pred)
+            try:
+                return self._setitem_at(p, index, shape, value, atomic)
+            finally:
+                preds.pop()
+        if items is not None and jagged.jagged_dims(self.tracer, shape):  # a scatter: index -1
+            index, shape = self._index(p, tuple(items))
+        return self._setitem_at(p, index, shape, value, atomic)
+
+    def _setitem_at(self, p: TensorParam, index: tuple[Index, ...], shape: tuple[Dim, ...],
+                    value: Any, atomic: dict[str, str] | None) -> None:
+        loc = user_loc()
         if isinstance(value, (int, float, bool)) and not isinstance(value, TileValue):
             from .device_ops import const
             v = const(value, p.dtype)

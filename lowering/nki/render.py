@@ -53,9 +53,11 @@ def check_no_gather(ir: KernelIR) -> None:
             if shift_of(op) is not None:  # `x[t.index + 1]`: a shifted block, a plain DMA
                 continue
             what = "gather from" if op.kind == "load" else "scatter into"
+            rank = max(ix.scalar.rank for ix in op.attrs["index"] if ix.kind == "gather")
+            through = "an index tile" if rank == 1 else f"a rank-{rank} index tile"
             raise ConfigError(
-                f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through an index "
-                "tile: per-partition indirect DMA is not modelled by kernel_dsl's NKI "
+                f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through {through}"
+                ": per-partition indirect DMA is not modelled by kernel_dsl's NKI "
                 "interpreter", op.loc, "the NKI lowering takes `t.index + c` (c a static int: a "
                 "shifted block) as an index tile; else gather or scatter in PyTorch around the "
                 "kernel (`emb[ids]`, `out.index_add_(0, ids, v)`) and pass the result, or use "

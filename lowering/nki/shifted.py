@@ -107,6 +107,8 @@ def shift_of(op: Op) -> Shift | None:
         return None
     axis = gathers[0]
     assert index[axis].scalar is not None
+    if index[axis].scalar.rank != 1:  # an N-D index is no shifted block
+        return None
     got = _affine(index[axis].scalar)
     if got is None:
         return None

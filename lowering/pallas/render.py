@@ -596,6 +596,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
     if unknown:
         raise ConfigError(f"unknown config knobs {sorted(unknown)} for the pallas backend", ir.loc,
                           "pallas knobs: loop_mode ('grid' | 'inner') and named block sizes")
+    gather.check_form(ir)  # before the plan: it sizes gathers by their 1-D index
     plan = plan_for(ir, config)
     em = _Emitter()
     tgt = tpu_target(target)
@@ -604,7 +605,6 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
     if tgt is not None:
         _no_f16_bit_views(ir, tgt.name)
         tpu_shapes.check(ir, tgt.name, plan.eb)
-    gather.check_form(ir)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS)
     scratch: list[Scratch] = w.scratch

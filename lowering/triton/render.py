@@ -44,11 +44,12 @@ from .space import check_knobs
 INT32_MAX = 2**31 - 1
 
 
-def expand(expr: str, pos: int, rank: int) -> str:
-    """`expr` (1-D) placed at axis `pos` of a rank-`rank` value: `x[None, :]`."""
-    if rank <= 1:
+def expand(expr: str, pos: int, rank: int, width: int = 1) -> str:
+    """`expr` (rank `width`) placed at axes `pos .. pos + width - 1` of a rank-`rank` value:
+    `x[None, :]`."""
+    if rank <= width:
         return expr
-    return f"{expr}[{', '.join(':' if i == pos else 'None' for i in range(rank))}]"
+    return f"{expr}[{', '.join(':' if pos <= i < pos + width else 'None' for i in range(rank))}]"
 
 
 def shape_list(xs: list[int]) -> str:
@@ -141,7 +142,8 @@ class _KernelWriter:
         """(pointer expression, mask expression or None) of `p[index]`. A gather index is
         clamped into the axis for loads (no out-of-bounds read; an out-of-range index is the
         user's bug, its lanes unspecified) and masked for stores (such lanes write nothing)."""
-        rank = sum(1 for ix in index if ix.kind not in ("int", "dyn"))
+        rank = sum(ix.scalar.rank if ix.kind == "gather" else 1  # type: ignore[union-attr]
+                   for ix in index if ix.kind not in ("int", "dyn"))
         wide = _numel(p.shape) > INT32_MAX  # offsets past 2**31 need int64 arithmetic
         terms: list[str] = []
         masks: list[str] = []
@@ -157,15 +159,24 @@ class _KernelWriter:
                 o = f"{self.n(ix.scalar)}.to(tl.int64)" if wide else self.n(ix.scalar)
                 terms.append(o if stride == 1 else f"{o} * {stride}")
                 continue
-            if ix.kind == "gather":  # lane i at element idx[i]; lanes past idx's tile masked
+            if ix.kind == "gather":  # lane i at element idx[i]; lanes past idx's tiles masked
                 assert ix.scalar is not None
-                idx, n, d = self.n(ix.scalar), p.shape[axis], ix.scalar.shape[0]
+                idx, n, w = self.n(ix.scalar), p.shape[axis], ix.scalar.rank
                 if ix.scalar.dtype != "i32":  # i8 * stride would wrap
                     idx = f"{idx}.to(tl.int32)"
                 o = expand(f"tl.minimum(tl.maximum({idx}, 0), {n - 1})" if not store else idx,
-                           pos, rank)
+                           pos, rank, w)
                 if store:
-                    masks.append(expand(f"(({idx} >= 0) & ({idx} < {n}))", pos, rank))
+                    masks.append(expand(f"(({idx} >= 0) & ({idx} < {n}))", pos, rank, w))
+                if wide:
+                    o = f"{o}.to(tl.int64)"
+                terms.append(o if stride == 1 else f"{o} * {stride}")
+                for j, d in enumerate(ix.scalar.shape):  # an N-D index: one mask per dim
+                    m = self.mask(d)
+                    if m is not None:
+                        masks.append(expand(m, pos + j, rank))
+                pos += w
+                continue
             elif ix.kind == "slice":  # a static a:b: lanes of b - a elements, from a
                 d = ix.stop - ix.value
                 const += ix.value * stride
