@@ -392,6 +392,7 @@ def test_the_real_tpu_compiler_accepts_scans() -> None:
     (scanned as one row: Mosaic rotates no 1-D vector)."""
     cases = ((torch_scans, (_values(torch.float32, 37, 13),)),
              (torch_scans, (_values(torch.int8, 64, 256),)),
+             (torch_col_scans, (_values(torch.float32, 37, 300),)),
              (block_scans, (torch.randn(1000),)),
              (combines, (torch.randn(64, 256).bfloat16().float(),)),
              (segment_scans, (torch.randn(1024), torch.randn(1024))),
