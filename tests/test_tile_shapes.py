@@ -5,6 +5,8 @@ kernels' config spaces; the backends' limits as errors; and a port of Helion's e
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -491,3 +493,30 @@ def test_shape_ops_compile_for_every_tpu_target() -> None:
         targets = TPU_TARGETS[1:] if kernel is swap_pairs else TPU_TARGETS
         r = kernel.check(*args, targets=targets, measure_vmem=False)
         assert r.ok, r.table()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="TRITON_INTERPRET=1: no GPU compiler in this process")
+def test_shape_ops_compile_for_a_real_gpu() -> None:
+    """Triton's own compiler (sm_90, no GPU needed) takes tl.reshape, tl.permute and the
+    tl.gather forms of slice and concat."""
+    E = torch.empty
+    cases = [(rotate_halves, (E(37, 130),)), (swap_pairs, (E(37, 64),)),
+             (cat_rows, (E(37, 130), E(37, 5))), (stacks, (E(37, 64),)),
+             (unit_dims, (E(37, 130), E(130))), (swap_leading, (E(3, 37, 16),)),
+             (rope_fwd, _rope_inputs(2, 4, 2, 37, 64, torch.bfloat16))]
+    for kernel, args in cases:
+        r = kernel.check(*args, backend="triton")
+        assert r.ok, r.table()
+
+
+def test_fuzz_cat_at_ragged_sizes_every_config() -> None:
+    from kernel_dsl.testing import fuzz
+
+    def ref(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([x, y], 1), torch.cat([y, x, x], 1)
+
+    fuzz(cat_rows, ref, "x[m,a], y[m,b]", dtypes=[torch.float32],
+         dims={"m": (1, 40), "a": (1, 300), "b": (1, 40)}, configs="all",
+         backends=list(BACKENDS), max_examples=3, seed=0)
