@@ -206,6 +206,42 @@ def test_unit_dims_and_split_of_join(backend: str) -> None:
         assert _every_config(unit_dims, backend, (x, w), ref, i == 0) >= 1
 
 
+# -- blackwell_attention's subtiling: split/join of a loop-carried accumulator ----------------
+@kd.kernel
+def scaled_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    m, n = x.shape
+    dv = w.shape[1]
+    out = torch.empty([m, dv], dtype=torch.float32, device=x.device)
+    for tile_m in kd.tile(m):
+        acc = kd.zeros([tile_m, dv])
+        for tile_n in kd.tile(n):
+            alpha = torch.sigmoid(x[tile_m, tile_n].sum(-1))
+            acc0, acc1 = kd.split(acc.reshape([tile_m, 2, dv // 2]).permute(0, 2, 1))
+            acc0 = acc0 * alpha[:, None]
+            acc1 = acc1 * alpha[:, None]
+            acc = kd.join(acc0, acc1).permute(0, 2, 1).reshape(acc.size(0), acc.size(1))
+            acc = kd.dot(x[tile_m, tile_n], w[tile_n, :], acc=acc)
+        out[tile_m, :] = acc
+    return out
+
+
+def _scaled_rows(x: torch.Tensor, w: torch.Tensor, bn: int) -> torch.Tensor:
+    acc = torch.zeros(x.shape[0], w.shape[1])
+    for j in range(0, x.shape[1], bn):
+        xs = x[:, j:j + bn]
+        acc = acc * torch.sigmoid(xs.sum(-1))[:, None] + xs @ w[j:j + bn]
+    return acc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_blackwell_attention_subtiling_pattern(backend: str) -> None:
+    x, w = torch.randn(37, 48), torch.randn(48, 128)
+    for cfg in scaled_rows.configs(x, w, backend=backend):
+        (got,) = scaled_rows.run_cpu(backend, (x, w), cfg)
+        bn = min(cfg.block_sizes[1], 48)
+        torch.testing.assert_close(got, _scaled_rows(x, w, bn), atol=1e-4, rtol=1e-4)
+
+
 # -- rank-3 transpose / permute -------------------------------------------------------------------
 @kd.kernel
 def swap_leading(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
