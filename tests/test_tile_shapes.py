@@ -294,6 +294,7 @@ def _one(body):  # noqa: ANN001, ANN202
     (lambda v, tm, d: kd.split(v)[0], ShapeError, "last dim must be 2"),
     (lambda v, tm, d: kd.join(v, v.int()).sum(-1), DTypeError, "one dtype"),
     (lambda v, tm, d: v.permute(0, 0), ShapeError, "give each dim once"),
+    (lambda v, tm, d: v.permute(0, 3), ShapeError, "give each dim once"),
     (lambda v, tm, d: v.transpose(0, 2), ShapeError, "out of range"),
 ])
 def test_shape_errors_name_the_line(body, error, match) -> None:  # noqa: ANN001
