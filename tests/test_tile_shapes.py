@@ -493,6 +493,7 @@ def test_helion_rope_port_matches_torch(backend: str, dtype: torch.dtype) -> Non
         _rope_close(rope_fwd(*small), rope_pytorch(*small), dtype)
 
 
+@pytest.mark.slow
 def test_helion_rope_port_every_config() -> None:
     args = _rope_inputs(2, 2, 1, 19, 16, torch.float32)
     want = rope_pytorch(*args)
