@@ -113,7 +113,7 @@ STEP_OVERHEAD_S = _V6E.step_s + 2 * _V6E.dma_issue_s
 EUP_OPS = frozenset({"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin",
                      "cos", "log1p", "expm1", "pow", "div"})
 VPU_OPS = frozenset(UNARY_OPS) | frozenset(BINARY_OPS) | frozenset(COMPARE_OPS) | {
-    "where", "cast", "reduce", "transpose"}
+    "where", "cast", "reduce", "transpose", "permute", "reshape", "concat", "slice"}
 
 
 @dataclass

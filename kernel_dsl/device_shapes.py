@@ -244,7 +244,8 @@ def permute(x: Any, *dims: Any) -> TileValue:
     if len(dims) == 1 and isinstance(dims[0], (tuple, list, torch.Size)):
         dims = tuple(dims[0])
     r = t.v.rank
-    if len(dims) != r or sorted(d % r if isinstance(d, int) else d for d in dims) != list(range(r)):
+    ints = all(isinstance(d, int) and not isinstance(d, bool) and -r <= d < r for d in dims)
+    if len(dims) != r or not ints or sorted(d % r for d in dims) != list(range(r)):
         raise ShapeError(f"permute{tuple(dims)} of a rank-{r} tile: give each dim once",
                          user_loc())
     perm = tuple(d % r for d in dims)

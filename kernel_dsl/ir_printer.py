@@ -36,8 +36,14 @@ def _attrs(op: Op) -> str:
         return f"{a['op']} axis={a['axis']}" + (" keepdim" if a["keepdim"] else "")
     if k == "scan":
         return f"{a['op']} axis={a['axis']}" + (" reverse" if a["reverse"] else "")
-    if k == "expand_dims":
+    if k in ("expand_dims", "concat"):
         return f"axis={a['axis']}"
+    if k == "slice":
+        return f"axis={a['axis']} {a['start']}:{a['stop']}"
+    if k == "reshape":
+        return shape_str(a["shape"])
+    if k == "permute":
+        return f"perm={list(a['perm'])}"
     if k == "pad_fill":
         return f"axis={a['axis']} past {a['tile']!r} with {a['fill']!r}"
     if k == "dot" and len(op.operands) == 3:

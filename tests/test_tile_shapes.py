@@ -5,6 +5,8 @@ kernels' config spaces; the backends' limits as errors; and a port of Helion's e
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -204,6 +206,42 @@ def test_unit_dims_and_split_of_join(backend: str) -> None:
         assert _every_config(unit_dims, backend, (x, w), ref, i == 0) >= 1
 
 
+# -- blackwell_attention's subtiling: split/join of a loop-carried accumulator ----------------
+@kd.kernel
+def scaled_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    m, n = x.shape
+    dv = w.shape[1]
+    out = torch.empty([m, dv], dtype=torch.float32, device=x.device)
+    for tile_m in kd.tile(m):
+        acc = kd.zeros([tile_m, dv])
+        for tile_n in kd.tile(n):
+            alpha = torch.sigmoid(x[tile_m, tile_n].sum(-1))
+            acc0, acc1 = kd.split(acc.reshape([tile_m, 2, dv // 2]).permute(0, 2, 1))
+            acc0 = acc0 * alpha[:, None]
+            acc1 = acc1 * alpha[:, None]
+            acc = kd.join(acc0, acc1).permute(0, 2, 1).reshape(acc.size(0), acc.size(1))
+            acc = kd.dot(x[tile_m, tile_n], w[tile_n, :], acc=acc)
+        out[tile_m, :] = acc
+    return out
+
+
+def _scaled_rows(x: torch.Tensor, w: torch.Tensor, bn: int) -> torch.Tensor:
+    acc = torch.zeros(x.shape[0], w.shape[1])
+    for j in range(0, x.shape[1], bn):
+        xs = x[:, j:j + bn]
+        acc = acc * torch.sigmoid(xs.sum(-1))[:, None] + xs @ w[j:j + bn]
+    return acc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_blackwell_attention_subtiling_pattern(backend: str) -> None:
+    x, w = torch.randn(37, 48), torch.randn(48, 128)
+    for cfg in scaled_rows.configs(x, w, backend=backend):
+        (got,) = scaled_rows.run_cpu(backend, (x, w), cfg)
+        bn = min(cfg.block_sizes[1], 48)
+        torch.testing.assert_close(got, _scaled_rows(x, w, bn), atol=1e-4, rtol=1e-4)
+
+
 # -- rank-3 transpose / permute -------------------------------------------------------------------
 @kd.kernel
 def swap_leading(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,6 +294,7 @@ def _one(body):  # noqa: ANN001, ANN202
     (lambda v, tm, d: kd.split(v)[0], ShapeError, "last dim must be 2"),
     (lambda v, tm, d: kd.join(v, v.int()).sum(-1), DTypeError, "one dtype"),
     (lambda v, tm, d: v.permute(0, 0), ShapeError, "give each dim once"),
+    (lambda v, tm, d: v.permute(0, 3), ShapeError, "give each dim once"),
     (lambda v, tm, d: v.transpose(0, 2), ShapeError, "out of range"),
 ])
 def test_shape_errors_name_the_line(body, error, match) -> None:  # noqa: ANN001
@@ -454,6 +493,7 @@ def test_helion_rope_port_matches_torch(backend: str, dtype: torch.dtype) -> Non
         _rope_close(rope_fwd(*small), rope_pytorch(*small), dtype)
 
 
+@pytest.mark.slow
 def test_helion_rope_port_every_config() -> None:
     args = _rope_inputs(2, 2, 1, 19, 16, torch.float32)
     want = rope_pytorch(*args)
@@ -491,3 +531,30 @@ def test_shape_ops_compile_for_every_tpu_target() -> None:
         targets = TPU_TARGETS[1:] if kernel is swap_pairs else TPU_TARGETS
         r = kernel.check(*args, targets=targets, measure_vmem=False)
         assert r.ok, r.table()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="TRITON_INTERPRET=1: no GPU compiler in this process")
+def test_shape_ops_compile_for_a_real_gpu() -> None:
+    """Triton's own compiler (sm_90, no GPU needed) takes tl.reshape, tl.permute and the
+    tl.gather forms of slice and concat."""
+    E = torch.empty
+    cases = [(rotate_halves, (E(37, 130),)), (swap_pairs, (E(37, 64),)),
+             (cat_rows, (E(37, 130), E(37, 5))), (stacks, (E(37, 64),)),
+             (unit_dims, (E(37, 130), E(130))), (swap_leading, (E(3, 37, 16),)),
+             (rope_fwd, _rope_inputs(2, 4, 2, 37, 64, torch.bfloat16))]
+    for kernel, args in cases:
+        r = kernel.check(*args, backend="triton")
+        assert r.ok, r.table()
+
+
+def test_fuzz_cat_at_ragged_sizes_every_config() -> None:
+    from kernel_dsl.testing import fuzz
+
+    def ref(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([x, y], 1), torch.cat([y, x, x], 1)
+
+    fuzz(cat_rows, ref, "x[m,a], y[m,b]", dtypes=[torch.float32],
+         dims={"m": (1, 40), "a": (1, 300), "b": (1, 40)}, configs="all",
+         backends=list(BACKENDS), max_examples=3, seed=0)
