@@ -86,8 +86,10 @@ def render(render_fn: Any, ir: KernelIR, config: Config, target: str) -> Any:
         return render_fn(ir, config, target)
     traced = ir_for(ir, config)
     own = {k: v for k, v in config.knobs.items() if k not in ir.tunables}
-    gen = render_fn(traced, Config(config.block_sizes, **own), target)
+    backend_config = Config(config.block_sizes, **own)
+    gen = render_fn(traced, backend_config, target)
     gen.config = config
+    gen.source = gen.source.replace(f"# {backend_config!r}", f"# {config!r}", 1)  # the header
     return gen
 
 
