@@ -57,11 +57,13 @@ def first_position(tq: Any, rows: int, seq_q: int) -> Any:
 
 
 def key_split(tq: Any, rows: int, seq_q: int, offset: int, skv: int, block_k: Any) -> tuple[Any, Any]:
-    """(full_end, kv_end) of a causal row block: keys [0, full_end) are seen by every row, a
-    block multiple; [full_end, kv_end) are the diagonal blocks, where the mask cuts."""
+    """(full_end, kv_end) of a causal row block: keys [0, full_end) are seen by every row;
+    [full_end, kv_end) are the diagonal blocks, where the mask cuts. full_end stays a block
+    multiple (capped at skv's last whole block, not skv): the TPU compiler must prove the
+    second loop's loads aligned."""
     kv_end = (last_position(tq, rows, seq_q) + offset + 1).clamp(max=skv)
     full_end = (first_position(tq, rows, seq_q) + offset + 1) // block_k * block_k
-    return full_end.clamp(min=0, max=skv), kv_end
+    return full_end.clamp(min=0).clamp(max=skv // block_k * block_k), kv_end
 
 
 def _online_step(qb: Any, kb: Any, vb: Any, m_i: Any, l_i: Any, acc: Any, scale: float,

@@ -150,3 +150,22 @@ def test_bf16_dkv_with_batched_blocks_runs_in_interpret_mode() -> None:
     got = [_run(flash_attention_bwd_dkv, "pallas", (*bwd, True), b) for b in ([2, 16, 16], [1, 16, 16])]
     for a, b in zip(*got):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.slow
+def test_split_key_loops_compile_for_every_tpu() -> None:
+    """The unmasked and diagonal key loops (the second starts at a device block multiple) under
+    each target's default config: folded GQA rows (2 heads of 1000), a ragged key length,
+    bottom-right alignment, bf16."""
+    targets = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
+    bf = torch.bfloat16
+    q, do = torch.empty(4, 2000, 128, dtype=bf), torch.empty(4, 2000, 128, dtype=bf)
+    k = torch.empty(4, 1100, 128, dtype=bf)
+    lse = torch.empty(4, 2000, 1)
+    qpos = torch.empty(2000, 1, dtype=torch.int32)
+    scalars = (128 ** -0.5, True, 100, 1000, True)
+    r = flash_attention_fwd.check(q, k, k, qpos, *scalars, targets=targets, measure_vmem=False)
+    assert r.ok, r.table()
+    r = flash_attention_bwd_dq.check(q, k, k, do, lse, lse, qpos, *scalars, targets=targets,
+                                     measure_vmem=False)
+    assert r.ok, r.table()
