@@ -15,8 +15,10 @@ evenly over its steps,
   the chip (peak, vector units and HBM bandwidth).
 - Vector: every elementwise, compare, select, cast and reduce op of the IR counts its result
   (reduce: its input) elements; transcendentals (exp, rsqrt, div, ...) run on the EUP at
-  `eup_s` per element, the rest on the VPU at `eup_s / EUP_OVER_VPU`. Masked-out work (e.g.
-  the upper triangle of causal attention, which kernel_dsl's kernel still computes) counts.
+  `eup_s` per element, the rest on the VPU at `eup_s / EUP_OVER_VPU`. Masked-out work counts
+  where the kernel does it: a loop's ops count once per block it visits (its mean trip count
+  over the grid), so causal attention's mask (compare and select) counts on the diagonal
+  blocks only, where its second key loop runs, and not on the unmasked blocks below them.
 - MXU and vector work overlap (VLIW slots), except a fraction MXU_VECTOR_SERIAL of the smaller
   of the two (the softmax of a block waits for its QK^T dot, the PV dot for the softmax).
 - Step overhead: pipeline bookkeeping on the scalar core (semaphore waits, index maps, DMA
@@ -34,7 +36,8 @@ evenly over its steps,
 
 `live_fraction` < 1 models a kernel that skips that fraction's complement of its grid steps
 (block-sparse / causal block skipping, e.g. Tokamax flash attention): a skipped step moves and
-computes nothing but still pays the step overhead. kernel_dsl's own kernels skip nothing.
+computes nothing but still pays the step overhead. kernel_dsl's own kernels skip with
+`kd.tile(begin, end)` loops instead, which the trip counts above already count.
 
 Calibration (issue 17): the per-generation constants in CALIBRATION were fitted by
 `python benchmarks/published_compare.py --fit` (least squares on log(modelled / measured)) on

@@ -5,7 +5,7 @@
 Two figures per run:
 - Modelled (no TPU): for each TPU generation, the analytical model's best config over the
   Pallas config space for bf16 B*H=64 (and 8), S=4096, D=128, non-causal and causal with
-  skipping (`kd.tile(0, end)`: only the key blocks at or below the diagonal), and causal without
+  skipping (only the key blocks at or below the diagonal: unmasked below it, masked on it), and causal without
   skipping for reference; the causal winner is compiled by libtpu's compile-only target. "% of
   peak" counts only the unmasked FLOPs, 4*D*S*(S+1)/2 per head: not the masked triangle that the
   diagonal blocks still compute, which would flatter the kernel.
@@ -111,7 +111,7 @@ def measured(s: int = 4096, heads: int = 2, repeats: int = 5) -> dict[str, Any]:
         "no_skip": lambda: run("pallas", (q, k, v, qpos, 0.125, True, 0, s, False), cfg),
         "skip": lambda: run("pallas", (q, k, v, qpos, 0.125, True, 0, s, True), cfg)}, repeats)
     q4, k4, v4 = (t[None] for t in (q, k, v))
-    lib = _paired({c: (lambda c=c: kd.kernels.flash_attention(q4, k4, v4, causal=c))
+    lib = _paired({c: (lambda c=c: kd.kernels.flash_attention(q4, k4, v4, causal=c == "causal"))
                    for c in ("full", "causal")}, repeats)
     med = {n: statistics.median(t) for n, t in kernel.items()}
     lib_ratio = [c / f for c, f in zip(lib["causal"], lib["full"])]
@@ -128,11 +128,15 @@ def section(data: Any) -> list[str]:
     """REPORT.md §9."""
     out = ["## 9. Causal block skipping (flash attention forward)", "",
            "Command: `python benchmarks/causal_skipping.py --json "
-           "benchmarks/results/causal_skipping.json`. The library's causal kernels loop over "
-           "`kd.tile(0, end)` with `end` the row block's last query position + 1: key blocks "
-           "above the diagonal are never visited (Pallas: a grid phase whose extra steps skip "
-           "the body and keep their block, so no DMA, or a fori_loop with that trip count; "
-           "Triton and NKI: a loop of that length). Modelled rows: the cost model's best config "
+           "benchmarks/results/causal_skipping.json`. The library's causal kernels (forward and "
+           "dQ) visit keys [0, end) only, `end` the row block's last query position + 1, so key "
+           "blocks above the diagonal are never visited, in two loops: "
+           "`kd.tile(0, full_end, block_size=bk)` over the blocks every row of the query block "
+           "sees (no mask), `full_end` its first position + 1 rounded down to the registered "
+           "key block (`x // bk * bk`), then `kd.tile(full_end, end, block_size=bk)` over the "
+           "diagonal blocks, masked (Pallas: fori_loops with those trip counts; Triton and "
+           "NKI: loops of those lengths). The model counts the mask's work on the diagonal "
+           "blocks only. Modelled rows: the cost model's best config "
            "over the whole Pallas space for each variant, bf16, D=128; the causal winner "
            "compiled by libtpu's compile-only target. Causal % of peak counts only the unmasked "
            "FLOPs (4·D·S(S+1)/2 per head), not the masked triangle of the diagonal blocks.", ""]

@@ -81,6 +81,29 @@ def value_range(v: Value) -> Range | None:
     return None
 
 
+def multiple_of(v: Value, m: int, blocks: dict[int, int]) -> bool:
+    """`v` is a multiple of `m` at every grid point under these block sizes (a loop split at
+    `x // bk * bk`: its blocks then start at multiples of the block, so none reaches past the
+    axis's last whole block)."""
+    from .config import effective_block
+
+    op = v.op
+    if op is None:
+        return False
+    k = op.kind
+    if k == "const":
+        return float(op.attrs["value"]).is_integer() and int(op.attrs["value"]) % m == 0
+    if k == "tile_size":
+        return effective_block(op.attrs["tile"], blocks) % m == 0
+    if k == "mul":
+        return any(multiple_of(x, m, blocks) for x in op.operands)
+    if k in ("add", "sub", "min", "max", "neg", "cast"):
+        return all(multiple_of(x, m, blocks) for x in op.operands)
+    if k == "where":
+        return all(multiple_of(x, m, blocks) for x in op.operands[1:])
+    return False
+
+
 def _rounded_down(op: Any) -> Any:
     """The `x // b` op of a product `(x // b) * b` (either order) with b > 0, else None."""
     from .block_arith import same_size

@@ -8,8 +8,8 @@
 3. `flash_attention_bwd_dq`: one grid point per query block; a loop over key blocks
    accumulates dQ += dS K.
 With `skip` (causal, the bound known at build time) the dK/dV loop visits only the query rows
-that can see the key block and the dQ loop only the key blocks at or below the diagonal, as the
-forward does.
+that can see the key block and the dQ loops only the key blocks at or below the diagonal, split
+as the forward's into unmasked blocks and masked diagonal blocks.
 The forward's lse is -inf for rows that see no key: such rows get P = 0 (never NaN), so all
 their gradients are zero. Masked entries are zeroed after the exponential, for the same reason.
 """
@@ -21,7 +21,7 @@ import torch
 
 import kernel_dsl as kd
 
-from .attention_fwd import last_position
+from .attention_fwd import key_split
 from .base import library_kernel
 
 F32 = torch.float32
@@ -105,6 +105,18 @@ def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d
     return dk, dvo
 
 
+def _dq_step(qb: Any, kb: Any, vb: Any, dob: Any, lse_b: Any, delta_b: Any, dq_acc: Any,
+             scale: float, visible: Any = None) -> Any:
+    """dQ += dS K for one key block; `visible` masks the diagonal blocks."""
+    s = (qb @ kb.transpose(-2, -1)).to(F32)
+    p = torch.exp(s * scale - lse_b)
+    if visible is not None:
+        p = torch.where(visible, p, 0.0)
+    dp = (dob @ vb.transpose(-2, -1)).to(F32)
+    ds = p * (dp - delta_b)
+    return dq_acc + ds.to(kb.dtype) @ kb
+
+
 @library_kernel
 def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                            lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor,
@@ -113,6 +125,7 @@ def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do
     bh, rows, d = q.shape
     skv = k.shape[1]
     dq = torch.empty_like(q)
+    block_k = kd.register_block_size(skv)
     for tb, tq in kd.tile([bh, rows]):
         qb = q[tb, tq, :]
         dob = do[tb, tq, :]
@@ -122,15 +135,16 @@ def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do
         dq_acc = kd.zeros([tb, tq, d], dtype=F32)
         if causal:
             limit = qpos[tq, :][None] + offset
-        kv_end = (last_position(tq, rows, seq_q) + offset + 1).clamp(max=skv) if skip else skv
-        for tk in kd.tile(0, kv_end):  # skip: the key blocks at or below the diagonal only
-            kb = k[tb, tk, :]
-            s = (qb @ kb.transpose(-2, -1)).to(F32)
-            p = torch.exp(s * scale - lse_b)
-            if causal:
-                p = torch.where(tk.index[None, None, :] <= limit, p, 0.0)
-            dp = (dob @ v[tb, tk, :].transpose(-2, -1)).to(F32)
-            ds = p * (dp - delta_b)
-            dq_acc = dq_acc + ds.to(k.dtype) @ kb
+        if causal and skip:  # as the forward: unmasked below the diagonal, masked on it
+            full_end, kv_end = key_split(tq, rows, seq_q, offset, skv, block_k)
+            for tk in kd.tile(0, full_end, block_size=block_k):
+                dq_acc = _dq_step(qb, k[tb, tk, :], v[tb, tk, :], dob, lse_b, delta_b, dq_acc, scale)
+            for tk in kd.tile(full_end, kv_end, block_size=block_k):
+                dq_acc = _dq_step(qb, k[tb, tk, :], v[tb, tk, :], dob, lse_b, delta_b, dq_acc, scale,
+                                  tk.index[None, None, :] <= limit)
+        else:
+            for tk in kd.tile(skv, block_size=block_k):
+                dq_acc = _dq_step(qb, k[tb, tk, :], v[tb, tk, :], dob, lse_b, delta_b, dq_acc, scale,
+                                  tk.index[None, None, :] <= limit if causal else None)
         dq[tb, tq, :] = (dq_acc * scale).to(dq.dtype)
     return dq

@@ -11,10 +11,13 @@ DSL has no integer division, so the position comes in as a small int32 input `qp
 offset 0 is `torch.nn.functional.scaled_dot_product_attention`'s top-left alignment, offset
 Skv - Sq the bottom-right (KV-cache) alignment.
 
-Causal block skipping (`skip`, with `seq_q` the per-head length of the folded rows): the key
-loop runs over [0, last query position of the row block + offset + 1) only, so blocks above the
-diagonal are never visited; the mask still cuts the diagonal blocks. attention.py turns it on
-whenever that bound is known when the kernel is built.
+Causal block skipping (`skip`, with `seq_q` the per-head length of the folded rows): the keys
+run over [0, last query position of the row block + offset + 1) only, so blocks above the
+diagonal are never visited, in two loops split at `full_end`, the first row's visible keys
+rounded down to the key block (`x // block_k * block_k`, a registered block size): every row
+sees every key of the first loop's blocks, which apply no mask; the second loop (at most one
+row block's worth of diagonal blocks, starting at a block multiple) masks. attention.py turns
+it on whenever that bound is known when the kernel is built.
 
 Numerics: logits, max, sum and the output accumulator are f32 (`(a @ b).to(float32)` keeps the
 f32 product, unrounded); logits are shifted by the running max, so large logits never overflow; a row that
@@ -44,6 +47,41 @@ def last_position(tq: Any, rows: int, seq_q: int) -> Any:
     return torch.where(first_head == last_head, tq.end - 1 - last_head * seq_q, seq_q - 1)
 
 
+def first_position(tq: Any, rows: int, seq_q: int) -> Any:
+    """The smallest query position in row block `tq`: its first row's, or 0 when the block
+    spans two heads (the second head's first row)."""
+    if rows == seq_q:
+        return tq.begin
+    first_head, last_head = tq.begin // seq_q, (tq.end - 1) // seq_q
+    return torch.where(first_head == last_head, tq.begin - first_head * seq_q, 0)
+
+
+def key_split(tq: Any, rows: int, seq_q: int, offset: int, skv: int, block_k: Any) -> tuple[Any, Any]:
+    """(full_end, kv_end) of a causal row block: keys [0, full_end) are seen by every row;
+    [full_end, kv_end) are the diagonal blocks, where the mask cuts. full_end stays a block
+    multiple (capped at skv's last whole block, not skv): the TPU compiler must prove the
+    second loop's loads aligned."""
+    kv_end = (last_position(tq, rows, seq_q) + offset + 1).clamp(max=skv)
+    full_end = (first_position(tq, rows, seq_q) + offset + 1) // block_k * block_k
+    return full_end.clamp(min=0).clamp(max=skv // block_k * block_k), kv_end
+
+
+def _online_step(qb: Any, kb: Any, vb: Any, m_i: Any, l_i: Any, acc: Any, scale: float,
+                 visible: Any = None) -> tuple[Any, Any, Any]:
+    """One key block of the online softmax; `visible` masks the diagonal blocks."""
+    s = (qb @ kb.transpose(-2, -1)).to(F32)
+    s = s * scale
+    if visible is not None:
+        s = torch.where(visible, s, NEG_INF)
+    m_new = torch.maximum(m_i, s.amax(dim=-1, keepdim=True))
+    m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # all masked so far: no shift
+    p = torch.exp(s - m_safe)
+    alpha = torch.exp(m_i - m_safe)
+    l_i = l_i * alpha + p.sum(dim=-1, keepdim=True)
+    acc = acc * alpha + p.to(vb.dtype) @ vb
+    return m_new, l_i, acc
+
+
 @library_kernel
 def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos: torch.Tensor,
                         scale: float, causal: bool, offset: int, seq_q: int = 0,
@@ -53,6 +91,7 @@ def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos:
     dv = v.shape[2]
     out = torch.empty([bh, rows, dv], dtype=q.dtype, device=q.device)
     lse = torch.empty([bh, rows, 1], dtype=torch.float32, device=q.device)
+    block_k = kd.register_block_size(skv)  # one knob for every key loop
     for tb, tq in kd.tile([bh, rows]):  # several heads per grid step: a config knob
         qb = q[tb, tq, :]
         m_i = kd.full([tb, tq, 1], NEG_INF, dtype=F32)  # row statistics as columns
@@ -60,20 +99,17 @@ def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos:
         acc = kd.zeros([tb, tq, dv], dtype=F32)
         if causal:
             limit = qpos[tq, :][None] + offset  # [1, tq, 1]: the last key each row sees
-        # skip: visit only the key blocks at or below the diagonal (kd.tile(begin, end))
-        kv_end = (last_position(tq, rows, seq_q) + offset + 1).clamp(max=skv) if skip else skv
-        for tk in kd.tile(0, kv_end):
-            s = (qb @ k[tb, tk, :].transpose(-2, -1)).to(F32)
-            s = s * scale
-            if causal:
-                s = torch.where(tk.index[None, None, :] <= limit, s, NEG_INF)
-            m_new = torch.maximum(m_i, s.amax(dim=-1, keepdim=True))
-            m_safe = torch.where(m_new == NEG_INF, 0.0, m_new)  # all masked so far: no shift
-            p = torch.exp(s - m_safe)
-            alpha = torch.exp(m_i - m_safe)
-            l_i = l_i * alpha + p.sum(dim=-1, keepdim=True)
-            acc = acc * alpha + p.to(v.dtype) @ v[tb, tk, :]
-            m_i = m_new
+        if causal and skip:  # below the diagonal unmasked, the diagonal masked, above skipped
+            full_end, kv_end = key_split(tq, rows, seq_q, offset, skv, block_k)
+            for tk in kd.tile(0, full_end, block_size=block_k):
+                m_i, l_i, acc = _online_step(qb, k[tb, tk, :], v[tb, tk, :], m_i, l_i, acc, scale)
+            for tk in kd.tile(full_end, kv_end, block_size=block_k):
+                m_i, l_i, acc = _online_step(qb, k[tb, tk, :], v[tb, tk, :], m_i, l_i, acc, scale,
+                                             tk.index[None, None, :] <= limit)
+        else:
+            for tk in kd.tile(skv, block_size=block_k):
+                m_i, l_i, acc = _online_step(qb, k[tb, tk, :], v[tb, tk, :], m_i, l_i, acc, scale,
+                                             tk.index[None, None, :] <= limit if causal else None)
         l_safe = torch.where(l_i == 0.0, 1.0, l_i)
         out[tb, tq, :] = (acc / l_safe).to(out.dtype)
         # log of l_safe (>= 1 where a key is seen): no log(0), which Trainium's ScalarE

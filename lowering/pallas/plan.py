@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from kernel_dsl.config import block_values, effective_block, num_blocks
 from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, TileVar
-from kernel_dsl.tile_bounds import end_max
+from kernel_dsl.tile_bounds import end_max, multiple_of
 
 from .bounds import can_phase
 from .gather import packed_rows, scatter_rows, shared_outputs, smem_index_inputs
@@ -164,6 +164,8 @@ def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[i
             last = end_max(t) - 1
             if isinstance(t.lo, int):
                 last = t.lo + (last - t.lo) // eb * eb
+            elif multiple_of(t.lo, eb, plan_blocks):  # split at `x // bk * bk`: whole blocks
+                last = last // eb * eb
             padded = max(padded, -(-(last + eb) // eb) * eb)  # whole blocks: the block rule
     return AxisPlan("resident", padded)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from kernel_dsl.config import Config, is_ragged
 from kernel_dsl.errors import BackendError, ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
+from kernel_dsl.tile_bounds import multiple_of
 
 from .. import Generated
 from . import bounds, gather, tpu_shapes
@@ -156,7 +157,10 @@ class _KernelWriter:
         lo = f"{self.bound(t.lo)} + " if t.bounded and t.lo != 0 else ""
         if not t.dynamic and self.plan.nb(t) == 1:  # one block: a static start, which Mosaic
             return lo.removesuffix(" + ") or "0"  # can prove aligned (a block shrunk to 7 rows)
-        return f"{lo}{self.tile_index[t.id]} * {self.plan.eb(t)}"
+        at = f"{lo}{self.tile_index[t.id]} * {self.plan.eb(t)}"
+        if isinstance(t.lo, Value) and multiple_of(t.lo, self.plan.eb(t), self.plan.blocks):
+            return f"pl.multiple_of({at}, {self.plan.eb(t)})"  # Mosaic must prove loads aligned
+        return at
 
     def bound(self, b: int | Value) -> str:
         """A `kd.tile(begin, end)` bound: a literal, or the name of its scalar value."""
