@@ -117,8 +117,10 @@ class _KernelWriter:
 
     def begin(self, t: TileVar) -> str:
         lo = f"{self.bound(t.lo)} + " if t.bounded and t.lo != 0 else ""
-        if not t.dynamic and self.plan.nb(t) == 1:  # one block: a static start, which Mosaic
-            return lo.removesuffix(" + ") or "0"  # can prove aligned (a block shrunk to 7 rows)
+        if self.plan.nb(t) == 1:  # one block: a static start, which Mosaic can prove aligned
+            # (a block shrunk to 7 rows); a loop bounded at run time then runs 0 or 1 times,
+            # its block index 0 (an `i * 13` lane offset is not provably aligned: Mosaic E2003)
+            return lo.removesuffix(" + ") or "0"
         return f"{lo}{self.tile_index[t.id]} * {self.plan.eb(t)}"
 
     def bound(self, b: int | Value) -> str:
