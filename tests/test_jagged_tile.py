@@ -283,6 +283,31 @@ def test_nd_gathers_are_a_config_error_on_pallas_and_nki(example: str, backend: 
     assert e.value.loc is not None and e.value.loc.file.endswith("test_jagged_tile.py")
 
 
+@kd.kernel
+def jagged_sum_per_row(x_data: torch.Tensor, x_offsets: torch.Tensor) -> torch.Tensor:
+    """jagged_sum as the Pallas error's hint says: one row per grid step, a 1-D row gather."""
+    M = x_data.shape[1]
+    num_rows = x_offsets.size(0) - 1
+    out = torch.zeros([num_rows, M], dtype=x_data.dtype, device=x_data.device)
+    for b in kd.grid(num_rows):
+        start = x_offsets[b]
+        end = x_offsets[b + 1]
+        for tm in kd.tile(M):
+            acc = kd.zeros([tm], dtype=x_data.dtype)
+            for tk in kd.tile(end - start):
+                acc = acc + x_data[start + tk.index, tm].sum(0)
+            out[b, tm] = acc
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_the_pallas_hint_for_jagged_sum(backend: str, case) -> None:
+    x, off = _inputs("sum", *case)[2]
+    with kd.backend(backend):
+        _check(jagged_sum_per_row(x, off.to(torch.int32)), ref_sum(x, off))
+
+
 # -- jagged loops indexed by tiles: every backend but NKI ------------------------------------
 @kd.kernel
 def jagged_row_sum(x: torch.Tensor, row_lengths: torch.Tensor) -> torch.Tensor:
