@@ -433,6 +433,33 @@ def test_nki_refuses_a_loop_bounded_by_loaded_lengths(kernel) -> None:
         kernel(x, lengths)
 
 
+@kd.kernel
+def jagged_stride_sum(x: torch.Tensor) -> torch.Tensor:
+    """Row i sums its first (7 i + 3) % (n + 1) elements: lengths computed on the device."""
+    b, n = x.shape
+    out = torch.zeros([b], dtype=torch.float32, device=x.device)
+    for tb in kd.tile(b):
+        lengths = (tb.index * 7 + 3) % (n + 1)
+        acc = kd.zeros([tb], dtype=torch.float32)
+        for tk in kd.jagged_tile(lengths):
+            acc = acc + x[tb, tk].float().sum(dim=1)
+        out[tb] = acc
+    return out
+
+
+def _stride_sum_ref(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[1]
+    return torch.stack([x[i, :(7 * i + 3) % (n + 1)].float().sum() for i in range(x.shape[0])])
+
+
+def test_fuzz_jagged_stride_sum() -> None:
+    from kernel_dsl.testing import fuzz
+
+    fuzz(jagged_stride_sum, _stride_sum_ref, "x[b,n]", dtypes=[torch.float32, torch.bfloat16],
+         dims={"b": (1, 40), "n": (1, 300)}, configs=3, backends=["triton", "pallas"],
+         max_examples=6, seed=0)
+
+
 # -- errors ----------------------------------------------------------------------------------
 def test_jagged_tile_is_not_the_grid() -> None:
     @kd.kernel
