@@ -240,8 +240,9 @@ def check_form(ir: KernelIR) -> None:
                 f" `{p.name}` through a rank-{ix.scalar.rank} index tile: its TPU "  # type: ignore[union-attr]
                 "gathers are a loop over the lanes of a 1-D index (a row each) or a one-hot "
                 "select along one lane axis, and a rank-N index has no such row", op.loc,
-                "index a 2-D view with tiles and a 1-D index (`x2d[rows, tm]`), or use the "
-                "triton backend")
+                "gather rows through a 1-D index: one jagged row per grid step (`for b in "
+                "kd.grid(n)`, `for tk in kd.tile(end - start)`, `x2d[start + tk.index, tm]`), "
+                "or use the triton backend")
         if axis == len(p.shape) - 1 and not lane_form(op):
             raise ConfigError(
                 f"the pallas backend cannot {'gather' if op.kind == 'load' else 'scatter'} "

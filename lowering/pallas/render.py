@@ -155,8 +155,10 @@ class _KernelWriter:
 
     def begin(self, t: TileVar) -> str:
         lo = f"{self.bound(t.lo)} + " if t.bounded and t.lo != 0 else ""
-        if not t.dynamic and self.plan.nb(t) == 1:  # one block: a static start, which Mosaic
-            return lo.removesuffix(" + ") or "0"  # can prove aligned (a block shrunk to 7 rows)
+        if self.plan.nb(t) == 1:  # one block: a static start, which Mosaic can prove aligned
+            # (a block shrunk to 7 rows); a loop bounded at run time then runs 0 or 1 times,
+            # its block index 0 (an `i * 13` lane offset is not provably aligned: Mosaic E2003)
+            return lo.removesuffix(" + ") or "0"
         at = f"{lo}{self.tile_index[t.id]} * {self.plan.eb(t)}"
         if isinstance(t.lo, Value) and multiple_of(t.lo, self.plan.eb(t), self.plan.blocks):
             return f"pl.multiple_of({at}, {self.plan.eb(t)})"  # Mosaic must prove loads aligned

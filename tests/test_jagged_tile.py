@@ -1,0 +1,526 @@
+"""`kd.jagged_tile` (Helion's `hl.jagged_tile`) and N-D integer gather indices
+(`kd.load(x_flat, [flat_indices])` with a rank-2 or rank-3 index).
+
+The five Helion jagged examples (examples/jagged_{sum,mean,layer_norm,dense_bmm,dense_add}.py at
+the commit named in docs/helion_ports.md) are ported by the literal rename `hl.` -> `kd.`,
+`@helion.kernel()` -> `@kd.kernel`, and checked against torch references written here. They
+gather through rank-2/3 index tiles: Triton runs them; Pallas and NKI refuse that form with a
+ConfigError naming the line (asserted below). Jagged loops indexed by tiles (Helion's
+`jagged_row_sum` docstring example) run on Pallas too; NKI refuses a loop bounded by a value
+read from memory.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernel_dsl as kd
+from kernel_dsl.errors import ConfigError, KernelSyntaxError, ShapeError
+
+# (row lengths, feature dim M): an empty batch row, size 1, primes, longer than a block
+CASES = [([0, 2, 0], 7), ([1], 1), ([3, 0, 1, 7, 2, 5, 0, 13, 1], 11), ([2, 2, 0, 37, 1], 33)]
+IDS = ["empty_rows", "one", "primes", "long"]
+
+
+def _offsets(lengths: list[int]) -> torch.Tensor:
+    lens = torch.tensor(lengths, dtype=torch.int64)
+    return torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)])
+
+
+# -- Helion's examples, renamed ---------------------------------------------------------------
+@kd.kernel
+def jagged_sum_kernel(x_data: torch.Tensor, x_offsets: torch.Tensor) -> torch.Tensor:
+    M = x_data.shape[1]
+    num_rows = x_offsets.size(0) - 1
+    out = torch.zeros([num_rows, M], dtype=x_data.dtype, device=x_data.device)
+    x_flat = x_data.view(-1)
+    for tile_b in kd.tile(num_rows):
+        starts = x_offsets[tile_b]
+        ends = x_offsets[tile_b.index + 1]
+        nnz = ends - starts
+        for tile_m in kd.tile(M):
+            row_sums = kd.zeros([tile_b, tile_m], dtype=x_data.dtype)
+            for tile_k in kd.jagged_tile(nnz):
+                base_indices = starts[:, None] + tile_k.index[None, :]
+                flat_indices = base_indices[:, :, None] * M + tile_m.index[None, None, :]
+                x_slice = kd.load(x_flat, [flat_indices])
+                row_sums = row_sums + x_slice.sum(dim=1)
+            out[tile_b, tile_m] = row_sums
+    return out
+
+
+@kd.kernel
+def jagged_mean_kernel(x_data: torch.Tensor, x_offsets: torch.Tensor,
+                       x_feature_counts: torch.Tensor, max_M: int) -> torch.Tensor:
+    num_rows = x_offsets.size(0) - 1
+    out = torch.zeros([num_rows, max_M], dtype=x_data.dtype, device=x_data.device)
+    x_flat = x_data.view(-1)
+    for tile_b in kd.tile(num_rows):
+        starts = x_offsets[tile_b]
+        ends = x_offsets[tile_b.index + 1]
+        nnz = ends - starts
+        feature_counts = x_feature_counts[tile_b]
+        for tile_m in kd.jagged_tile(feature_counts):
+            row_sums = kd.zeros([tile_b, tile_m], dtype=x_data.dtype)
+            for tile_k in kd.jagged_tile(nnz):
+                flat_indices = (starts[:, None] + tile_k.index[None, :])[:, :, None] * max_M
+                flat_indices = flat_indices + tile_m.index[None, None, :]
+                x_slice = kd.load(x_flat, [flat_indices])
+                row_sums = row_sums + x_slice.sum(dim=1)
+            nnz_float = nnz.to(x_data.dtype)
+            nnz_expanded = nnz_float[:, None]
+            result = torch.where(nnz_expanded > 0, row_sums / nnz_expanded, 0.0)
+            out[tile_b, tile_m] = result
+    return out
+
+
+@kd.kernel
+def jagged_layer_norm_kernel(x_values: torch.Tensor, x_offsets: torch.Tensor,
+                             eps: float = 1e-6) -> torch.Tensor:
+    total_L, M = x_values.shape
+    B = x_offsets.size(0) - 1
+    out = torch.empty_like(x_values)
+    x_flat = x_values.view(-1)
+    out_flat = out.view(-1)
+    for tile_b in kd.tile(B):
+        starts = x_offsets[tile_b]
+        ends = x_offsets[tile_b.index + 1]
+        seq_lengths = ends - starts
+        mean_acc = kd.zeros([tile_b], dtype=x_values.dtype)
+        var_acc = kd.zeros([tile_b], dtype=x_values.dtype)
+        for tile_m in kd.tile(M):
+            row_sums = kd.zeros([tile_b, tile_m], dtype=x_values.dtype)
+            for tile_k in kd.jagged_tile(seq_lengths):
+                flat_indices = (starts[:, None] + tile_k.index[None, :])[:, :, None] * M
+                flat_indices = flat_indices + tile_m.index[None, None, :]
+                x_slice = kd.load(x_flat, [flat_indices])
+                row_sums = row_sums + x_slice.sum(dim=1)
+            mean_acc = mean_acc + row_sums.sum(dim=1)
+        seq_lengths_float = seq_lengths.to(x_values.dtype)
+        mean_acc = mean_acc / (seq_lengths_float * M)
+        for tile_m in kd.tile(M):
+            var_sums = kd.zeros([tile_b, tile_m], dtype=x_values.dtype)
+            for tile_k in kd.jagged_tile(seq_lengths):
+                flat_indices = (starts[:, None] + tile_k.index[None, :])[:, :, None] * M
+                flat_indices = flat_indices + tile_m.index[None, None, :]
+                x_slice = kd.load(x_flat, [flat_indices])
+                centered = x_slice.to(torch.float32) - mean_acc[:, None, None]
+                var_sums = var_sums + (centered * centered).sum(dim=1)
+            var_acc = var_acc + var_sums.sum(dim=1)
+        variance = var_acc / (seq_lengths_float * M)
+        rstd = torch.rsqrt(variance + eps)
+        for tile_m in kd.tile(M):
+            for tile_k in kd.jagged_tile(seq_lengths):
+                flat_indices = (starts[:, None] + tile_k.index[None, :])[:, :, None] * M
+                flat_indices = flat_indices + tile_m.index[None, None, :]
+                x_slice = kd.load(x_flat, [flat_indices])
+                normalized = (x_slice.to(torch.float32) - mean_acc[:, None, None]) * rstd[:, None, None]
+                kd.store(out_flat, [flat_indices], normalized.to(x_values.dtype))
+    return out.reshape(total_L, M)
+
+
+@kd.kernel
+def jagged_dense_bmm(seq_offsets: torch.Tensor, jagged: torch.Tensor, dense: torch.Tensor,
+                     bias: torch.Tensor | None) -> torch.Tensor:
+    L, D = jagged.shape
+    B, D, K = dense.shape
+    dtype = torch.promote_types(jagged.dtype, dense.dtype)
+    device = jagged.device
+    jagged = jagged.view(-1)
+    output = torch.empty((L, K), dtype=dtype, device=device).view(-1)
+    for tile_b in kd.tile(B):
+        starts = seq_offsets[tile_b]
+        ends = seq_offsets[tile_b.index + 1]
+        seq_len = ends - starts
+        for tile_len in kd.jagged_tile(seq_len):
+            jagged_indices = starts[:, None] + tile_len.index[None, :]
+            for tile_k in kd.tile(0, K):
+                acc = kd.zeros([tile_b, tile_len, tile_k], dtype=dtype, device=device)
+                for tile_d in kd.tile(0, D):
+                    jagged_data = kd.load(
+                        jagged, [jagged_indices[:, :, None] * D + tile_d.index[None, None, :]])
+                    dense_data = dense[tile_b, tile_d, tile_k]
+                    acc = acc + torch.matmul(jagged_data, dense_data)
+                if bias is not None:
+                    bias_data = bias[tile_b, tile_k]
+                    acc = acc + bias_data.unsqueeze(1)
+                kd.store(output, [jagged_indices[:, :, None] * K + tile_k.index[None, None, :]], acc)
+    return output.reshape(L, K)
+
+
+@kd.kernel
+def jagged_dense_add_2d(x_data: torch.Tensor, x_offsets: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    num_rows = y.size(0)
+    assert x_offsets.size(0) == num_rows + 1
+    out = torch.zeros_like(y)
+    for tile0 in kd.tile(num_rows):
+        starts = x_offsets[tile0]
+        ends = x_offsets[tile0.index + 1]
+        nnz = ends - starts
+        max_nnz = nnz.amax()
+        for tile1 in kd.tile(0, max_nnz):
+            x_slice = kd.load(x_data, [starts[:, None] + tile1.index[None, :]],
+                              extra_mask=tile1.index[None, :] < nnz[:, None])
+            out[tile0, tile1] = y[tile0, tile1] + x_slice
+        for tile1 in kd.tile(max_nnz, out.size(1)):
+            out[tile0, tile1] = y[tile0, tile1]
+    return out
+
+
+# -- torch references ------------------------------------------------------------------------
+def _rows(off: torch.Tensor):
+    return [(int(off[i]), int(off[i + 1])) for i in range(len(off) - 1)]
+
+
+def ref_sum(x: torch.Tensor, off: torch.Tensor) -> torch.Tensor:
+    return torch.stack([x[s:e].float().sum(0) for s, e in _rows(off)]).to(x.dtype)
+
+
+def ref_mean(x: torch.Tensor, off: torch.Tensor, counts: torch.Tensor, max_m: int) -> torch.Tensor:
+    out = torch.zeros(len(off) - 1, max_m, dtype=x.dtype)
+    for i, (s, e) in enumerate(_rows(off)):
+        c = int(counts[i])
+        if e > s:
+            out[i, :c] = x[s:e, :c].mean(0)
+    return out
+
+
+def ref_layer_norm(x: torch.Tensor, off: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for s, e in _rows(off):
+        if e > s:
+            out[s:e] = torch.nn.functional.layer_norm(x[s:e], list(x[s:e].shape), eps=eps)
+    return out
+
+
+def ref_bmm(off: torch.Tensor, jagged: torch.Tensor, dense: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(jagged.shape[0], dense.shape[2], dtype=jagged.dtype)
+    for i, (s, e) in enumerate(_rows(off)):
+        out[s:e] = jagged[s:e] @ dense[i] + bias[i]
+    return out
+
+
+def ref_dense_add(x: torch.Tensor, off: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = y.clone()
+    for i, (s, e) in enumerate(_rows(off)):
+        out[i, :e - s] += x[s:e]
+    return out
+
+
+def _inputs(example: str, lengths: list[int], m: int, dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(sum(lengths) * 31 + m)
+    off = _offsets(lengths)
+    L, B = int(off[-1]), len(lengths)
+    x = torch.randn(L, m, generator=g).to(dtype)
+    if example == "sum":
+        return jagged_sum_kernel, ref_sum, (x, off)
+    if example == "mean":
+        counts = torch.randint(0, m + 1, (B,), generator=g)
+        return jagged_mean_kernel, ref_mean, (x, off, counts, m)
+    if example == "layer_norm":
+        return jagged_layer_norm_kernel, ref_layer_norm, (x, off, 1e-6)
+    if example == "dense_bmm":
+        dense = torch.rand(B, m, 5, generator=g) * 2 - 1
+        bias = torch.rand(B, 5, generator=g) * 2 - 1
+        return jagged_dense_bmm, ref_bmm, (off, x, dense.to(dtype), bias.to(dtype))
+    y = torch.randn(B, max(lengths) + 4, generator=g).to(dtype)
+    return jagged_dense_add_2d, ref_dense_add, (x[:, 0].contiguous(), off, y)
+
+
+EXAMPLES = ["sum", "mean", "layer_norm", "dense_bmm", "dense_add"]
+
+
+def _check(got: torch.Tensor, want: torch.Tensor) -> None:
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_helion_jagged_examples_match_torch_on_triton(example: str, case) -> None:
+    kernel, ref, args = _inputs(example, *case)
+    with kd.backend("triton"):
+        _check(kernel(*args), ref(*args))
+
+
+def _spread(cfgs: list, n: int) -> list:
+    """`n` configs spread over the space (the space is the product of every loop's blocks: up
+    to thousands), each with distinct block sizes (num_warps / num_stages do not change what
+    the interpreter computes), the first (default) and the last included."""
+    uniq = list({tuple(c.block_sizes): c for c in cfgs}.values())
+    step = max(1, (len(uniq) - 1) // (n - 1))
+    return (uniq[::step][:n - 1] + [uniq[-1]]) if len(uniq) > 1 else uniq
+
+
+@pytest.mark.parametrize("example", ["sum", "mean", "layer_norm", "dense_bmm"])
+def test_triton_block_configs(example: str) -> None:
+    """Jagged blocks shorter and longer than the rows, several M blocks."""
+    kernel, ref, args = _inputs(example, [3, 0, 1, 7, 2, 5, 0, 13, 1], 11)
+    want = ref(*args)
+    cfgs = _spread(list(kernel.configs(*args, backend="triton")), 5)
+    assert len(cfgs) >= 2
+    for cfg in cfgs:
+        _check(kernel.run_cpu("triton", args, cfg)[0], want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_jagged_sum_in_half_precision(dtype: torch.dtype) -> None:
+    kernel, ref, args = _inputs("sum", [3, 0, 1, 7, 2, 5, 0, 13, 1], 11, dtype)
+    with kd.backend("triton"):
+        got = kernel(*args)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), ref(*args).float(), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("backend,what", [("pallas", "the pallas backend cannot gather from"),
+                                          ("nki", "the NKI lowering cannot gather from")])
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_nd_gathers_are_a_config_error_on_pallas_and_nki(example: str, backend: str, what: str) -> None:
+    kernel, _, args = _inputs(example, [3, 0, 1, 7], 5)
+    rank = 2 if example == "dense_add" else 3
+    with kd.backend(backend), pytest.raises(ConfigError, match=f"{what} .* through a rank-{rank} "
+                                             "index tile") as e:
+        kernel(*args)
+    assert e.value.loc is not None and e.value.loc.file.endswith("test_jagged_tile.py")
+
+
+@kd.kernel
+def jagged_sum_per_row(x_data: torch.Tensor, x_offsets: torch.Tensor) -> torch.Tensor:
+    """jagged_sum as the Pallas error's hint says: one row per grid step, a 1-D row gather."""
+    M = x_data.shape[1]
+    num_rows = x_offsets.size(0) - 1
+    out = torch.zeros([num_rows, M], dtype=x_data.dtype, device=x_data.device)
+    for b in kd.grid(num_rows):
+        start = x_offsets[b]
+        end = x_offsets[b + 1]
+        for tm in kd.tile(M):
+            acc = kd.zeros([tm], dtype=x_data.dtype)
+            for tk in kd.tile(end - start):
+                acc = acc + x_data[start + tk.index, tm].sum(0)
+            out[b, tm] = acc
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_the_pallas_hint_for_jagged_sum(backend: str, case) -> None:
+    x, off = _inputs("sum", *case)[2]
+    with kd.backend(backend):
+        _check(jagged_sum_per_row(x, off.to(torch.int32)), ref_sum(x, off))
+
+
+# -- jagged loops indexed by tiles: every backend but NKI ------------------------------------
+@kd.kernel
+def jagged_row_sum(x: torch.Tensor, row_lengths: torch.Tensor) -> torch.Tensor:
+    """Helion's `hl.jagged_tile` docstring example: the mask is implicit."""
+    b = row_lengths.size(0)
+    out = torch.zeros([b], dtype=x.dtype, device=x.device)
+    for tile_b in kd.tile(b):
+        lengths = row_lengths[tile_b]
+        acc = kd.zeros([tile_b], dtype=x.dtype)
+        for tile_k in kd.jagged_tile(lengths):
+            acc = acc + x[tile_b, tile_k].sum(dim=1)
+        out[tile_b] = acc
+    return out
+
+
+@kd.kernel
+def jagged_row_sum_masked(x: torch.Tensor, row_lengths: torch.Tensor) -> torch.Tensor:
+    """The same "before jagged_tile": a dense loop to the max and a hand-made mask."""
+    b = row_lengths.size(0)
+    out = torch.zeros([b], dtype=x.dtype, device=x.device)
+    for tile_b in kd.tile(b):
+        lengths = row_lengths[tile_b]
+        max_len = lengths.amax()
+        acc = kd.zeros([tile_b], dtype=x.dtype)
+        for tile_k in kd.tile(max_len):
+            mask = tile_k.index[None, :] < lengths[:, None]
+            vals = kd.load(x, [tile_b, tile_k], extra_mask=mask)
+            acc = acc + vals.sum(dim=1)
+        out[tile_b] = acc
+    return out
+
+
+@kd.kernel
+def jagged_row_shift(x: torch.Tensor, row_lengths: torch.Tensor) -> torch.Tensor:
+    """x minus its row's max over the first `len` elements; the rest keep the output's -7:
+    a max over the jagged dim sees only the row's lanes (all x < 0 here: a 0 read past the
+    end would win), and a store past the end writes nothing."""
+    b, n = x.shape
+    out = torch.full_like(x, -7.0)
+    for tile_b in kd.tile(b):
+        lengths = row_lengths[tile_b]
+        mx = kd.full([tile_b], float("-inf"), dtype=x.dtype)
+        for tile_k in kd.jagged_tile(lengths):
+            mx = torch.maximum(mx, x[tile_b, tile_k].amax(dim=1))
+        for tile_k in kd.jagged_tile(lengths):
+            out[tile_b, tile_k] = x[tile_b, tile_k] - mx[:, None]
+    return out
+
+
+def ref_row_sum(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    return torch.stack([x[i, :int(k)].sum() for i, k in enumerate(lengths)])
+
+
+def ref_row_shift(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    out = torch.full_like(x, -7.0)
+    for i, k in enumerate(lengths.tolist()):
+        if k:
+            out[i, :k] = x[i, :k] - x[i, :k].max()
+    return out
+
+
+def _dense(lengths: list[int], n: int):
+    g = torch.Generator().manual_seed(len(lengths) * 7 + n)
+    return -1 - torch.rand(len(lengths), n, generator=g), torch.tensor(lengths, dtype=torch.int32)
+
+
+DENSE = [([0, 4, 0], 5), ([1], 1), ([3, 0, 1, 7, 2, 5, 0, 13, 1], 13), ([0] * 3 + [130, 1, 129], 131)]
+TILE_FORM = [(jagged_row_sum, ref_row_sum), (jagged_row_sum_masked, ref_row_sum),
+             (jagged_row_shift, ref_row_shift)]
+
+
+@pytest.mark.parametrize("case", DENSE, ids=IDS)
+@pytest.mark.parametrize("kernel,ref", TILE_FORM, ids=["row_sum", "row_sum_masked", "row_shift"])
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_tile_indexed_jagged_loops(backend: str, kernel, ref, case) -> None:
+    x, lengths = _dense(*case)
+    with kd.backend(backend):
+        torch.testing.assert_close(kernel(x, lengths), ref(x, lengths), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel,ref", TILE_FORM[::2], ids=["row_sum", "row_shift"])
+def test_every_pallas_config(kernel, ref) -> None:
+    x, lengths = _dense([0] * 3 + [130, 1, 129, 2, 3, 0, 17], 131)
+    want = ref(x, lengths)
+    cfgs = list(kernel.configs(x, lengths, backend="pallas"))
+    assert len(cfgs) >= 2
+    for cfg in cfgs:
+        torch.testing.assert_close(kernel.run_cpu("pallas", (x, lengths), cfg)[0], want,
+                                   rtol=1e-5, atol=1e-5)
+
+
+@kd.kernel
+def jagged_2d_parent_sum(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """A rank-2 parent: one length per (batch, head)."""
+    b, h, n = x.shape
+    out = torch.zeros([b, h], dtype=x.dtype, device=x.device)
+    for tb, th in kd.tile([b, h]):
+        ln = lengths[tb, th]
+        acc = kd.zeros([tb, th], dtype=x.dtype)
+        for tk in kd.jagged_tile(ln):
+            acc = acc + x[tb, th, tk].sum(dim=2)
+        out[tb, th] = acc
+    return out
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 3, 17), (3, 9, 130)], ids=str)
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_a_rank_2_parent(backend: str, shape: tuple[int, int, int]) -> None:
+    g = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(*shape, generator=g)
+    lengths = torch.randint(0, shape[2] + 1, shape[:2], generator=g, dtype=torch.int32)
+    want = torch.stack([torch.stack([x[i, j, :int(lengths[i, j])].sum() for j in range(shape[1])])
+                        for i in range(shape[0])])
+    with kd.backend(backend):
+        torch.testing.assert_close(jagged_2d_parent_sum(x, lengths), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", [jagged_row_sum, jagged_row_shift])
+def test_nki_refuses_a_loop_bounded_by_loaded_lengths(kernel) -> None:
+    x, lengths = _dense([3, 0, 1], 5)
+    with kd.backend("nki"), pytest.raises(ConfigError, match="cannot bound loop .* by a value "
+                                          "loaded from memory"):
+        kernel(x, lengths)
+
+
+@kd.kernel
+def jagged_stride_sum(x: torch.Tensor) -> torch.Tensor:
+    """Row i sums its first (7 i + 3) % (n + 1) elements: lengths computed on the device."""
+    b, n = x.shape
+    out = torch.zeros([b], dtype=torch.float32, device=x.device)
+    for tb in kd.tile(b):
+        lengths = (tb.index * 7 + 3) % (n + 1)
+        acc = kd.zeros([tb], dtype=torch.float32)
+        for tk in kd.jagged_tile(lengths):
+            acc = acc + x[tb, tk].float().sum(dim=1)
+        out[tb] = acc
+    return out
+
+
+def _stride_sum_ref(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[1]
+    return torch.stack([x[i, :(7 * i + 3) % (n + 1)].float().sum() for i in range(x.shape[0])])
+
+
+def test_fuzz_jagged_stride_sum() -> None:
+    from kernel_dsl.testing import fuzz
+
+    fuzz(jagged_stride_sum, _stride_sum_ref, "x[b,n]", dtypes=[torch.float32, torch.bfloat16],
+         dims={"b": (1, 40), "n": (1, 300)}, configs=3, backends=["triton", "pallas"],
+         max_examples=6, seed=0)
+
+
+# -- errors ----------------------------------------------------------------------------------
+def test_jagged_tile_is_not_the_grid() -> None:
+    @kd.kernel
+    def outer(x: torch.Tensor, n: torch.Tensor):
+        out = torch.empty_like(x)
+        for t in kd.jagged_tile(n):
+            out[t] = x[t]
+        return out
+
+    with pytest.raises(KernelSyntaxError, match="runs inside a `kd.tile` loop"):
+        outer(torch.randn(4), torch.ones(4, dtype=torch.int32))
+
+
+def test_jagged_tile_takes_an_integer_tile() -> None:
+    @kd.kernel
+    def floats(x: torch.Tensor):
+        out = torch.zeros([x.shape[0]], dtype=x.dtype, device=x.device)
+        for tb in kd.tile(x.shape[0]):
+            for tk in kd.jagged_tile(x[tb, 0]):
+                out[tb] = x[tb, tk].sum(1)
+        return out
+
+    with pytest.raises(KernelSyntaxError, match="takes an integer tile of rank >= 1, got a "
+                                                "rank-1 f32 value"):
+        floats(torch.randn(4, 3))
+
+
+def test_a_jagged_block_needs_its_parents_dims() -> None:
+    @kd.kernel
+    def no_parent(x: torch.Tensor, n: torch.Tensor):
+        out = torch.zeros([n.shape[0]], dtype=x.dtype, device=x.device)
+        for tb in kd.tile(n.shape[0]):
+            acc = kd.zeros([tb], dtype=x.dtype)
+            for tk in kd.jagged_tile(n[tb]):
+                acc = acc + x[tk].sum()
+            out[tb] = acc
+        return out
+
+    with pytest.raises(ShapeError, match="has the jagged tile .* not its parent's dims") as e:
+        no_parent(torch.randn(8), torch.ones(4, dtype=torch.int32))
+    assert "x[tile_b, tile_k]" in e.value.hint
+
+
+# tpu-v4's Mosaic has no sublane gather: a lane reduction stored into a 1-D output (the row
+# sums here) fails there with "Sublane gather not supported by this TPU generation", as the
+# plain non-jagged row sum `out[tb] = x[tb, tk].sum(1)` does (not the jagged loop's doing)
+V4_ROW_SUM = "Sublane gather not supported by this TPU generation"
+
+
+@pytest.mark.slow
+def test_tile_indexed_jagged_loops_compile_for_every_tpu_generation() -> None:
+    """The real Mosaic compiler on the five TPU targets (the kernels Pallas accepts): a jagged
+    tile of one block on the lane axis (its start a static 0, provably aligned) and of several."""
+    runs = [(k, (torch.empty(9, n), torch.ones(9, dtype=torch.int32))) for k, _ in TILE_FORM
+            for n in (13, 300)]
+    runs.append((jagged_2d_parent_sum, (torch.empty(3, 9, 130), torch.ones(3, 9, dtype=torch.int32))))
+    for kernel, args in runs:
+        r = kernel.check(*args, measure_vmem=False)
+        assert len(r.entries) == 5
+        for e in r.entries:
+            if e.target == "tpu-v4" and kernel is not jagged_row_shift:
+                assert not e.ok and V4_ROW_SUM in e.message, r.table()
+            else:
+                assert e.ok, r.table()
