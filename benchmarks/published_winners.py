@@ -16,9 +16,10 @@ published Pallas measurement: those rows show the model's picks only.
 
 Kernels and timing are those of benchmarks/published_compare.py: kernel_dsl's matmul and
 attention (tests/dsl_kernels.py); causal attention skips the fully masked block pairs as
-Tokamax does (`live_fraction`); `-res` shapes are not listed. Modelled times are "as the
-publisher measured": the guide's wall-clock adds the fitted host dispatch. The model's picks
-are modelled, never measured; runs in seconds on a CPU.
+Tokamax does (`live_fraction`); `-res` shapes are not listed. Every modelled time, the
+picks' too, is "as the publisher measured": the guide's wall-clock adds the fitted host
+dispatch, Tokamax's op its XLA layout transposes (published_compare.py `_extra`). The model's
+picks are modelled, never measured; runs in seconds on a CPU.
 """
 from __future__ import annotations
 

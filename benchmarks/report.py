@@ -156,7 +156,11 @@ def section_offline(data: Any) -> list[str]:
            "attention and softmax most: exp work and step costs now count), and HBM-bound "
            "kernels (layer_norm, softmax on older chips) now pick small row blocks: with "
            "DMA-bound steps the step overhead hides under the DMA and small blocks shorten "
-           "pipeline fill and drain; the model has no per-DMA size efficiency to stop that.", ""]
+           "pipeline fill and drain; the model has no per-DMA size efficiency to stop that. "
+           "Re-priced after the second calibration (Tokamax's layout transposes counted, §8) "
+           "with `python benchmarks/offline_tpu.py --rescore`: the winners and tuning seconds "
+           "are still the tuning run's (chosen with the first calibration's constants), the "
+           "modelled columns are the current model's.", ""]
     if data is None:
         return out + ["(no results saved)", ""]
     out += ["| kernel | target | tuned config | modelled us | % peak FLOP/s | % HBM BW | VMEM MiB | "
