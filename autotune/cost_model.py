@@ -40,7 +40,12 @@ evenly over its steps,
   output DMA: 79 / 43, 45%; once per output-block change: 83 / 41, 46%, held-out RMS log
   error 0.105 against 0.098); Tokamax's `block_kv_compute` sub-blocks as extra rescale work
   (1.8 VPU ops per accumulator element per extra sub-block: 81 / 39, 33%, RMS unchanged).
-  None lowered the held-out error without raising its worst point, so none was kept.
+  None lowered the held-out error without raising its worst point, so none was kept. The
+  per-output cost's fitted size (12 ps per element, as if every output element moved 16 bytes
+  of HBM) led to a fact of the measurements rather than of the kernel: Tokamax's op transposes
+  q, k, v and the output in XLA around its kernel and times the whole op; counting those
+  transposes in benchmarks/published_compare.py (no new constant) and refitting gave the
+  constants below (REPORT.md §8 has the before / after figures).
 
 `live_fraction` < 1 models a kernel that skips that fraction's complement of its grid steps
 (block-sparse / causal block skipping, e.g. Tokamax flash attention): a skipped step moves and
