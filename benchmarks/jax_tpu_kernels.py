@@ -6,20 +6,31 @@ JAX guide's matmul, captured while tracing and costed by pallas_call_model.py.
   block_q_dq=1024, block_k_dq=256), each size clipped to the problem.
 - the Pallas matmul of the JAX TPU guide at its best bf16 block choice `GUIDE_MM`.
 
-FLOPs are counted from their grids and loops: a (q, k) block pair runs iff their
-`below_or_on_diag` says so. Their backward also materializes di = sum(o * do) and 128-lane
-broadcasts of l, m and di in XLA before the kernels: those bytes are added ("glue").
+Work is counted from their grids and loops (pallas_call_model.Work): a (q, k) block pair runs
+iff their `below_or_on_diag` says so, and the share of grid steps that run is the call's
+live_fraction (a skipped step pays only the step overhead; their index maps re-point its DMAs,
+which the DMA simulation sees). Vector element-ops per (q, k) score element and per row, read
+off their kernels (jax.experimental.pallas.ops.tpu.flash_attention, jax 0.10.2), with the same
+rules as cost_model's IR count (every elementwise op and reduce input counts its elements,
+exp / reciprocal on the EUP): forward scale, row max, subtract, row sum, cast = 5 VPU + 1 EUP,
+causal adds row/column offsets, compare, where, add = 5 VPU; per q row, the (block_q, 128)
+m / l rescale (~6 VPU + 2 EUP over 128 lanes) and 3 ops on the (block_q, D) accumulator. dkv:
+scale, subtract m, times 1/l, two casts, two transposes, (dp - di) * p, scale = 10 VPU + 1 EUP
+(+5 causal), plus the dk / dv accumulations; dq: 7 VPU + 1 EUP (+5 causal), plus dq's. Their
+backward also materializes di = sum(o * do) and 128-lane broadcasts of l, m and di in XLA before
+the kernels: those bytes are added ("glue").
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import numpy as np
-from pallas_call_model import capture_once, dot_flops, model
+from pallas_call_model import Work, capture_once, dot_flops, model
 
 from kernel_dsl.lowering.pallas.targets import TpuTarget
 
 D = 128  # the head dim of every attention shape compared
+LANES = 128  # their m / l / di scratch: broadcast over 128 lanes
 BLOCKS = {
     "default": dict(block_q=128, block_k_major=128, block_k=128, block_b=1, block_q_major_dkv=128,
                     block_k_major_dkv=128, block_k_dkv=128, block_q_dkv=128,
@@ -73,11 +84,14 @@ def their_attention(b: int, h: int, s: int, causal: bool, blocks: str, target: T
     if not backward:
         calls = capture_once(("fa", b, h, s, causal, blocks, "fwd"), fwd, x, x, x)
         assert len(calls) == 1, f"expected one forward kernel, captured {len(calls)}"
-        n = _pairs(s // bs["block_q"], bs["block_q"], s // bs["block_k_major"], bs["block_k_major"],
-                   causal) * b * h * (bs["block_k_major"] // bs["block_k"])
+        nq, nk = s // bs["block_q"], s // bs["block_k_major"]
+        live = _pairs(nq, bs["block_q"], nk, bs["block_k_major"], causal)
+        n = live * b * h * (bs["block_k_major"] // bs["block_k"])
         bq, bk = bs["block_q"], bs["block_k"]
         fl = n * (dot_flops(bq, D, bk, target) + dot_flops(bq, bk, D, target))
-        return model(calls, [fl], target)
+        vpu = n * ((5 + 5 * causal) * bq * bk + 6 * bq * LANES + 3 * bq * D)
+        eup = n * (bq * bk + 2 * bq * LANES)
+        return model(calls, [Work(fl, eup, vpu, live / (nq * nk))], target)
 
     st = jax.ShapeDtypeStruct((b, h, s), jnp.float32)
     calls = capture_once(("fa", b, h, s, causal, blocks, "bwd"), their_bwd(causal, sizes),
@@ -85,11 +99,17 @@ def their_attention(b: int, h: int, s: int, causal: bool, blocks: str, target: T
     assert len(calls) == 2, f"expected the dkv and dq kernels, captured {len(calls)} calls"
     qM, kM, q_, k_ = (bs["block_q_major_dkv"], bs["block_k_major_dkv"], bs["block_q_dkv"],
                       bs["block_k_dkv"])
-    n = _pairs(s // qM, qM, s // kM, kM, causal) * b * h * (qM // q_) * (kM // k_)
-    dkv = n * (2 * dot_flops(q_, D, k_, target) + 2 * dot_flops(k_, q_, D, target))
+    live = _pairs(s // qM, qM, s // kM, kM, causal)
+    n = live * b * h * (qM // q_) * (kM // k_)
+    dkv = Work(n * (2 * dot_flops(q_, D, k_, target) + 2 * dot_flops(k_, q_, D, target)),
+               n * (q_ * k_ + q_ * LANES), n * ((10 + 5 * causal) * q_ * k_ + 2 * k_ * D),
+               live / ((s // qM) * (s // kM)))
     qM, kM, k_ = bs["block_q_dq"], bs["block_k_major_dq"], bs["block_k_dq"]
-    n = _pairs(s // qM, qM, s // kM, kM, causal) * b * h * (kM // k_)
-    dq = n * (2 * dot_flops(qM, D, k_, target) + dot_flops(qM, k_, D, target))
+    live = _pairs(s // qM, qM, s // kM, kM, causal)
+    n = live * b * h * (kM // k_)
+    dq = Work(n * (2 * dot_flops(qM, D, k_, target) + dot_flops(qM, k_, D, target)),
+              n * (qM * k_ + qM * LANES), n * ((7 + 5 * causal) * qM * k_ + qM * D),
+              live / ((s // qM) * (s // kM)))
     rows = b * h * s
     glue = rows * D * 2 * 2 + rows * 4 + 3 * rows * 128 * 4  # di from o, do; l, m, di x 128 lanes
     return model(calls, [dkv, dq], target, glue_bytes=glue)
@@ -140,5 +160,8 @@ def their_matmul(m: int, k: int, n: int, target: TpuTarget) -> dict[str, float]:
     bm, bk, bn = GUIDE_MM
     calls = capture_once(("mm", m, k, n), lambda x, y: guide_matmul(x, y, bm, bk, bn),
                     jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16))
-    fl = (m // bm) * (n // bn) * (k // bk) * dot_flops(bm, bk, bn, target)
-    return model(calls, [fl], target)
+    steps = (m // bm) * (n // bn) * (k // bk)
+    fl = steps * dot_flops(bm, bk, bn, target)
+    # acc += dot every step; zero at the first k step, cast and store at the last
+    vpu = steps * bm * bn * (1 + 2 / (k // bk))
+    return model(calls, [Work(fl, 0.0, vpu)], target)

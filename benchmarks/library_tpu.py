@@ -11,18 +11,21 @@ What is compared (bf16, head dim 128):
 - our `matmul` against the Pallas matmul of the JAX TPU guide at its best block choice
   (bm, bk, bn) = (512, 1024, 1024).
 
-What is counted: the model of autotune/cost_model.py, applied to both sides (pallas_call_model.py)
-    time = max(MXU time, HBM time) + grid steps x 0.35 us
-- MXU time: padded bf16 FLOPs of every dot the kernel executes over the peak one kernel reaches
-  (padding and peaks: pallas_call_model.py). Ours: from the IR (`kernel.estimate`); masked causal
-  blocks are executed, so they count. Theirs: counted from their grid and loops: a (q, k) block
-  pair runs iff their `below_or_on_diag` says so (jax_tpu_kernels.py).
-- HBM time: bytes actually moved at the chip's bandwidth. Ours: the cost model's formula.
-  Theirs: their `pallas_call`s' BlockSpec DMAs simulated over the whole grid (the pipeline skips
-  a block whose index is unchanged; pallas_call_model.py). The same simulation run on our
-  generated kernels must reproduce the cost model's bytes (printed as a check). Their backward
-  also materializes di = sum(o * do) and 128-lane broadcasts of l, m and di in XLA before the
-  kernels: those bytes are added ("glue").
+What is counted: the calibrated model of autotune/cost_model.py (issue 17), the same code and
+constants on both sides: `cost_model.estimate` for ours (from the IR), and its `pipeline_time`
+for theirs (pallas_call_model.py: per TensorCore, steps x max(step overhead + compute, DMA) +
+fill and drain; compute = MXU and vector work partly overlapped).
+- Work: ours from the IR. Theirs counted from their grids and loops (jax_tpu_kernels.py): MXU
+  FLOPs of every dot they execute (padded as cost_model pads) and vector element-ops read off
+  their kernels. Causal: both skip the key blocks above the diagonal (theirs: `pl.when`
+  below_or_on_diag, ours: `kd.tile(0, end)` loops); a skipped grid step pays only the step
+  overhead (their live_fraction).
+- HBM bytes and block DMAs: ours the cost model's count. Theirs: their `pallas_call`s'
+  BlockSpec DMAs simulated over the whole grid (the pipeline skips a block whose index is
+  unchanged; pallas_call_model.py). The same simulation run on our generated kernels must
+  reproduce the cost model's bytes (printed as a check). Their backward also materializes
+  di = sum(o * do) and 128-lane broadcasts of l, m and di in XLA before the kernels: those
+  bytes are added ("glue").
 - VMEM: what the real compiler needs (libtpu compile-only target; the smallest
   vmem_limit_bytes that compiles, found by `kernel.check`'s own search for both sides;
   compiled_vmem.py). Backward: the largest of its kernels.
@@ -184,8 +187,10 @@ def report(res: dict[str, Any], command: str) -> str:
         "# Library kernels vs JAX's Pallas TPU kernels (offline model)",
         "",
         f"Produced by `{command}` on a machine without a TPU. Times are **modelled** "
-        "(autotune/cost_model.py applied to both sides: `max(MXU, HBM) + steps x 0.35 us`; see "
-        "the docstring of benchmarks/library_tpu.py for exactly what is counted), never measured. "
+        "(the calibrated model of autotune/cost_model.py, issue 17, applied to both sides: "
+        "`cost_model.estimate` for ours, its `pipeline_time` on their captured pallas_calls for "
+        "theirs; see the docstring of benchmarks/library_tpu.py for exactly what is counted), "
+        "never measured. "
         "VMEM is what libtpu's compile-only target needs (MiB: the smallest vmem_limit_bytes it "
         "accepts, within 3% or 24 KiB; '-': no figure). bf16, D = 128.",
         "",

@@ -156,7 +156,11 @@ def section_offline(data: Any) -> list[str]:
            "attention and softmax most: exp work and step costs now count), and HBM-bound "
            "kernels (layer_norm, softmax on older chips) now pick small row blocks: with "
            "DMA-bound steps the step overhead hides under the DMA and small blocks shorten "
-           "pipeline fill and drain; the model has no per-DMA size efficiency to stop that.", ""]
+           "pipeline fill and drain; the model has no per-DMA size efficiency to stop that. "
+           "Re-priced after the second calibration (Tokamax's layout transposes counted, §8) "
+           "with `python benchmarks/offline_tpu.py --rescore`: the winners and tuning seconds "
+           "are still the tuning run's (chosen with the first calibration's constants), the "
+           "modelled columns are the current model's.", ""]
     if data is None:
         return out + ["(no results saved)", ""]
     out += ["| kernel | target | tuned config | modelled us | % peak FLOP/s | % HBM BW | VMEM MiB | "
@@ -175,13 +179,18 @@ def section_offline(data: Any) -> list[str]:
     out += ["", *section_shipped(_load("shipped_configs.json"))]
     lib = _md("library_tpu.md")
     out += ["### Library kernels against JAX's own Pallas kernels", "",
-            "Not regenerated after the issue 17 calibration: this table's JAX side is modelled "
-            "by benchmarks/pallas_call_model.py, which still uses the old formula (max(MXU, HBM) "
-            "+ steps x 0.35 us), so rerunning it would compare two different models. Its figures "
-            "below are from the uncalibrated model, and its causal rows predate causal block "
-            "skipping (issue 13): our causal kernels then computed every key block. They now "
-            "skip the blocks above the diagonal as JAX's kernel does; §9 has the modelled and "
-            "measured effect.", "",
+            "Both sides priced by the calibrated model (issue 17): ours by `cost_model.estimate`, "
+            "JAX's captured pallas_calls by the same `cost_model.pipeline_time` "
+            "(benchmarks/pallas_call_model.py), with JAX's causal block skipping as the share of "
+            "grid steps that run. Regenerated with `python benchmarks/library_tpu.py --no-vmem` "
+            "(VMEM columns '-': the libtpu compiles for VMEM take tens of minutes on this shared "
+            "machine; `python benchmarks/library_tpu.py` adds them). Read the JAX-default column "
+            "with care: at 128-blocks its grid has 16x the steps, so the fitted per-step and "
+            "per-DMA overheads (fitted on Tokamax's 512-4096 blocks) dominate it, an "
+            "extrapolation no published point checks. JAX's kernel also keeps its softmax max "
+            "and sum broadcast over 128 lanes and runs their exp and reciprocal on all 128 "
+            "(read off jax.experimental.pallas.ops.tpu.flash_attention), which the model counts "
+            "as EUP work: +50% per score element at 512-wide key blocks.", "",
             lib if lib else "(benchmarks/library_tpu.md not generated yet)"]
     return out + [""]
 
@@ -432,7 +441,8 @@ def main() -> None:
         *section_gpu(),
         *section_llama_block(),
         *section_helion(),
-        *section_published(_load("published_compare.json"), _load("offline_tpu.json")),
+        *section_published(_load("published_compare.json"), _load("offline_tpu.json"),
+                          _load("published_winners.json")),
         *section_causal_skipping(_load("causal_skipping.json")),
     ])
     with open(os.path.join(HERE, "REPORT.md"), "w") as f:

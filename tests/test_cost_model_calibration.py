@@ -3,8 +3,9 @@
 benchmarks/published_compare.py compares every published point; this keeps the Tokamax
 flash-attention caches (published configs, no config search: fast) in the suite: the share of
 points of at least 1 ms within 10% and the worst of them, fit set (v5p, v6e) and held out
-(TPU7x, never fitted) apart, no worse than REPORT.md §8 states; a few large points each;
-the measured order of a small table.
+(TPU7x, never fitted; its vector-rate rule was chosen after seeing its residuals, REPORT.md
+§8) apart, no worse than REPORT.md §8 states; a few large points each; the measured order of
+a small table; Tokamax's layout transposes counted.
 """
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ def _ratio(rid: str) -> float:
 
 
 @pytest.mark.parametrize(("chips", "within", "of", "worst"), [
-    (("v5p", "v6e"), 71, 101, 0.30),  # fit set: REPORT.md §8 (71 of 101, worst 29%)
-    (("v7x",), 34, 47, 0.34),  # held out: REPORT.md §8 (34 of 47, worst 33%)
+    (("v5p", "v6e"), 94, 101, 0.18),  # fit set: REPORT.md §8 (94 of 101, worst 18%)
+    (("v7x",), 44, 47, 0.14),  # held out: REPORT.md §8 (44 of 47, worst 14%)
 ])
 def test_flash_attention_caches_stay_within_the_reported_error(
         chips: tuple[str, ...], within: int, of: int, worst: float) -> None:
@@ -63,7 +64,7 @@ def test_flash_attention_caches_stay_within_the_reported_error(
 @pytest.mark.parametrize("rid", HELD_OUT)
 def test_large_held_out_tpu7x_points(rid: str) -> None:
     assert RECORDS[rid]["measured"]["time_s"] >= 1e-3
-    assert 0.85 <= _ratio(rid) <= 1.15
+    assert 0.90 <= _ratio(rid) <= 1.10
 
 
 @pytest.mark.parametrize("rid", FIT)
@@ -79,6 +80,17 @@ def test_model_keeps_the_measured_order_across_head_dims_and_masks() -> None:
     measured = [RECORDS[i]["measured"]["time_s"] for i in ids]
     modelled = [_ratio(i) * m for i, m in zip(ids, measured)]
     assert sorted(range(5), key=modelled.__getitem__) == sorted(range(5), key=measured.__getitem__)
+
+
+def test_tokamax_records_add_their_xla_layout_transposes() -> None:
+    rec = RECORDS[FA.format(chip="v6e", shape="1x16384x16x128-kv16")]
+    n = 16384 * 16 * 128
+    assert pc.tokamax_transpose_bytes(rec) == 2 * 2 * 4 * n  # q, k, v, out: read + write bf16
+    gqa = RECORDS["tokamax/v7x/pallas_mosaic_tpu_flash_attention/32x4096x32x128-kv8-causal"]
+    q = 32 * 4096 * 32 * 128
+    assert pc.tokamax_transpose_bytes(gqa) == 2 * 2 * (2 * q + 2 * q // 4)  # k, v at 8 heads
+    splash = next(r for r in RECORDS.values() if r["table"].startswith("tokamax_splash"))
+    assert pc.tokamax_transpose_bytes(splash) == 0.0  # timed on [heads, seq, d] directly
 
 
 def test_causal_block_skipping_counts_the_visible_block_pairs() -> None:
