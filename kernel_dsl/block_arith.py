@@ -25,8 +25,6 @@ from .tracing import current, user_loc
 
 def value(bs: Any) -> TileValue:
     """The block size `bs` (a `kd.BlockSize`) as an int32 device scalar."""
-    from .language import _sym_for
-
     tr, loc = current(), user_loc()
     if tr is None or tr.region is None:
         raise KernelSyntaxError(
@@ -35,7 +33,7 @@ def value(bs: Any) -> TileValue:
             "depend on the config, and one traced kernel serves every config", loc,
             "allocate per element and reduce in the kernel, or do the block arithmetic in "
             "device code (inside `kd.tile`), where it is an int32 scalar")
-    sym = _sym_for(tr, bs, loc)
+    sym = bs.sym_in(tr, loc)
     t = tr.size_tiles.get(sym.index)
     if t is None:
         extent = bs.extent

@@ -425,9 +425,9 @@ def pad_fill(x: TileValue, axis: int, fill: float) -> TileValue:
     # uses of a carried value inside the body (and only there)
     if done is not None and done.region is tr.region:
         return TileValue(done)
-    from .jagged import fill as jagged_fill  # in kd.jagged_tile: lanes past a row's end too
-    out = jagged_fill(_emit("pad_fill", [x.v], {"axis": axis, "tile": d, "fill": fill}, x.v.shape,
-                            x.v.dtype), axis, fill)
+    out = _emit("pad_fill", [x.v], {"axis": axis, "tile": d, "fill": fill}, x.v.shape, x.v.dtype)
+    if tr.jagged_fill is not None:  # in kd.jagged_tile: lanes past a row's end too
+        out = tr.jagged_fill(out, axis, fill)
     tr.pad_fills[key] = out.v
     return out
 

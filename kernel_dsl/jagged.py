@@ -46,6 +46,7 @@ class _JaggedLoop:
         if self.loop.step == 1:
             t: Tile = self.loop._enter(frame)
             _active(self.tr).append((t.var, self.parent))
+            self.tr.jagged_fill = fill  # device_ops masks reductions through it
             return t
         if self.loop.step == 2:
             _active(self.tr).pop()

@@ -26,6 +26,15 @@ class BlockSize:
     def __repr__(self) -> str:
         return f"kd.block_size({self.name!r})" if self.name else "kd.register_block_size(...)"
 
+    def sym_in(self, tr: Tracer, loc: Any) -> BlockSym:
+        """Its symbol in the kernel `tr` traces (an unnamed one gets its symbol here)."""
+        if self.sym is None and self.tracer is tr:
+            self.sym = tr.block_sym()
+        if self.sym is None:
+            raise KernelSyntaxError("`kd.block_size` was declared outside the kernel", loc,
+                                    "call `kd.block_size(...)` in the kernel's host code")
+        return self.sym
+
 
 block_arith.install(BlockSize)  # `x // bk * bk` in device code: an int32 scalar
 
@@ -73,12 +82,7 @@ def _sym_for(tr: Tracer, bs: Any, loc: Any) -> BlockSym:
     if bs is None:
         return tr.block_sym()
     if isinstance(bs, BlockSize):
-        if bs.sym is None and bs.tracer is tr:
-            bs.sym = tr.block_sym()
-        if bs.sym is None:
-            raise KernelSyntaxError("`kd.block_size` was declared outside the kernel", loc,
-                                    "call `kd.block_size(...)` in the kernel's host code")
-        return bs.sym
+        return bs.sym_in(tr, loc)
     if isinstance(bs, int) and not isinstance(bs, bool) and bs >= 1:
         return tr.block_sym(pinned=bs)
     raise KernelSyntaxError(f"block_size={bs!r} is not a positive int, None or kd.block_size(...)",

@@ -95,6 +95,8 @@ class Tracer:
         # tile id -> (tensor, axis, size): a tile over a leading part of a longer axis
         self.prefix_uses: dict[int, tuple[str, int, int]] = {}
         self.pad_fills: dict[tuple[int, int, float], Value] = {}  # (value id, axis, fill) -> value
+        # set by kd.jagged_tile (jagged.py) for its loops: also fills lanes past a row's end
+        self.jagged_fill: Any = None
         self.views: Any = None  # host_views.ViewTracker, made by the first host view
         # kd.register_tunable (tunables.py): the values to trace with, the fragments registered
         # and the values the trace took

@@ -17,8 +17,11 @@ GLOBAL_SHIFT = torch.randn(7)
 
 
 @kd.kernel
-def matmul(x: torch.Tensor, y: torch.Tensor,
-           epilogue: Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor] = lambda acc, tile: acc):
+def matmul(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    epilogue: Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor] = lambda acc, tile: acc,
+):
     """Helion's examples/matmul.py, renamed."""
     m, k = x.size()
     k2, n = y.size()

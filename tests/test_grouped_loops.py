@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import kernel_dsl as kd
-from kernel_dsl.errors import ConfigError
 
 
 @kd.kernel
