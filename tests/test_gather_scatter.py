@@ -127,22 +127,44 @@ def test_lane_gather_of_a_1d_tensor(backend: str, dtype: torch.dtype) -> None:
         assert torch.equal(got, x[1:]) and torch.equal(got.signbit(), x[1:].signbit()), cfg
 
 
-def test_lane_gather_of_a_2d_tensor_is_a_clear_error_on_pallas() -> None:
+@kd.kernel
+def cols(x: torch.Tensor, i: torch.Tensor):
+    """A gather along the minor (lane) axis of a 2-D tensor."""
+    m, n = x.shape
+    out = torch.empty([m, i.shape[0]], dtype=x.dtype)
+    for tm, ti in kd.tile([m, i.shape[0]]):
+        out[tm, ti] = x[tm, i[ti]]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 9, 3), (17, 130, 37)], ids=str)
+@pytest.mark.parametrize("backend", GATHER_BACKENDS)
+def test_lane_gather_of_a_2d_tensor(backend: str, m: int, n: int, k: int, dtype: torch.dtype) -> None:
+    """Pallas: a one-hot select per row (exact), out-of-range ids clamped as other gathers."""
+    x = (torch.randn(m, n) * 100).to(dtype)
+    if dtype != torch.int32:
+        x[0, 0], x[-1, -1] = float("inf"), -0.0
+    i = torch.randint(0, n, (k,), dtype=torch.int32)
+    for cfg in (None, SMALL[backend]):
+        got = _run(cols, backend, x, i, config=cfg)
+        assert torch.equal(got, x[:, i.long()]) and torch.equal(got.signbit(), x[:, i.long()].signbit())
+
+
+def test_a_2d_lane_scatter_is_a_clear_error_on_pallas() -> None:
     @kd.kernel
-    def cols(x: torch.Tensor, i: torch.Tensor):
+    def put_cols(x: torch.Tensor, i: torch.Tensor):
         m, n = x.shape
-        out = torch.empty([m, i.shape[0]], dtype=x.dtype)
+        out = torch.zeros([m, n], dtype=x.dtype)
         for tm, ti in kd.tile([m, i.shape[0]]):
-            out[tm, ti] = x[tm, i[ti]]
+            out[tm, i[ti]] = x[tm, ti]
         return out
 
     x, i = torch.randn(5, 9), torch.tensor([8, 0, 3], dtype=torch.int32)
-    with kd.backend("triton"):
-        assert torch.equal(cols(x, i), x[:, i.long()])
     with kd.backend("pallas"), pytest.raises(ConfigError) as e:
-        cols(x, i)
-    assert "minor (lane) axis of `x`" in str(e.value)
-    assert "out[tm, ti] = x[tm, i[ti]]" in str(e.value)  # names the user's line
+        put_cols(x, i)
+    assert "minor (lane) axis of `out`" in str(e.value)
+    assert "out[tm, i[ti]] = x[tm, ti]" in str(e.value)  # names the user's line
 
 
 @kd.kernel
@@ -415,7 +437,8 @@ def test_pallas_atomics_and_scatter_compile_for_every_tpu() -> None:
     x, seg = torch.randn(300, 256), torch.randint(0, 50, (300,), dtype=torch.int32)
     for kernel, args in ((segment_sum, (x, seg, 50)), (column_stats, (x,)),
                          (scatter_rows, (x, torch.randperm(300).to(torch.int32))),
-                         (histogram, (seg, 50)), (shifted, (x[0],)),
+                         (histogram, (seg, 50)), (shifted, (x[0],)), (cols, (x, seg)),
+                         (cols, (x.bfloat16(), seg)),
                          (segment_rows, (x, seg, 50))):
         rep = kernel.check(*args, targets=TPUS)
         assert [e.status for e in rep.entries] == ["ok"] * 5, (kernel, rep)

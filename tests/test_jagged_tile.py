@@ -4,8 +4,9 @@
 The five Helion jagged examples (examples/jagged_{sum,mean,layer_norm,dense_bmm,dense_add}.py at
 the commit named in docs/helion_ports.md) are ported by the literal rename `hl.` -> `kd.`,
 `@helion.kernel()` -> `@kd.kernel`, and checked against torch references written here. They
-gather through rank-2/3 index tiles: Triton runs them; Pallas and NKI refuse that form with a
-ConfigError naming the line (asserted below). Jagged loops indexed by tiles (Helion's
+gather through rank-2/3 index tiles: Triton runs them, Pallas as a one-hot select along the lane
+axis of the flat tensor, a row of the index tile at a time (lowering/pallas/onehot.py); NKI
+refuses that form with a ConfigError naming the line (asserted below). Jagged loops indexed by tiles (Helion's
 `jagged_row_sum` docstring example) run on Pallas too; NKI refuses a loop bounded by a value
 read from memory.
 """
@@ -236,9 +237,10 @@ def _check(got: torch.Tensor, want: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_helion_jagged_examples_match_torch_on_triton(example: str, case) -> None:
+@pytest.mark.parametrize("backend", ["triton", "pallas"])
+def test_helion_jagged_examples_match_torch(backend: str, example: str, case) -> None:
     kernel, ref, args = _inputs(example, *case)
-    with kd.backend("triton"):
+    with kd.backend(backend):
         _check(kernel(*args), ref(*args))
 
 
@@ -271,16 +273,61 @@ def test_jagged_sum_in_half_precision(dtype: torch.dtype) -> None:
     torch.testing.assert_close(got.float(), ref(*args).float(), rtol=2e-2, atol=5e-2)
 
 
-@pytest.mark.parametrize("backend,what", [("pallas", "the pallas backend cannot gather from"),
-                                          ("nki", "the NKI lowering cannot gather from")])
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_nd_gathers_are_a_config_error_on_pallas_and_nki(example: str, backend: str, what: str) -> None:
+def test_nd_gathers_are_a_config_error_on_nki(example: str) -> None:
     kernel, _, args = _inputs(example, [3, 0, 1, 7], 5)
     rank = 2 if example == "dense_add" else 3
-    with kd.backend(backend), pytest.raises(ConfigError, match=f"{what} .* through a rank-{rank} "
-                                             "index tile") as e:
+    with kd.backend("nki"), pytest.raises(ConfigError, match="the NKI lowering cannot gather from "
+                                          f".* through a rank-{rank} index tile") as e:
         kernel(*args)
     assert e.value.loc is not None and e.value.loc.file.endswith("test_jagged_tile.py")
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_pallas_block_configs(example: str) -> None:
+    """A spread of the configs the autotuner may pick (every one: the slow test below)."""
+    kernel, ref, args = _inputs(example, [3, 0, 1, 7, 2, 5, 0, 13, 1], 11)
+    want = ref(*args)
+    cfgs = _spread(list(kernel.configs(*args, backend="pallas")), 3)
+    assert len(cfgs) >= (1 if example == "dense_add" else 2)  # dense_add: one 17-lane block
+    for cfg in cfgs:
+        _check(kernel.run_cpu("pallas", args, cfg)[0], want)
+
+
+@pytest.mark.slow  # every pallas config of the five examples: a few minutes
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_pallas_config_of_the_examples(example: str) -> None:
+    kernel, ref, args = _inputs(example, [2, 2, 0, 37, 1], 33)
+    want = ref(*args)
+    cfgs = list(kernel.configs(*args, backend="pallas"))
+    for cfg in cfgs:
+        _check(kernel.run_cpu("pallas", args, cfg)[0], want)
+
+
+def test_pallas_jagged_gathers_are_exact() -> None:
+    """The one-hot select picks bits: NaN, inf and -0.0 come through, and a NaN of one row
+    does not spread (as 0 * NaN would in a one-hot matmul)."""
+    kernel = jagged_dense_add_2d
+    off = _offsets([3, 0, 1, 7])
+    x, y = torch.randn(11), torch.zeros(4, 9)
+    x[0], x[2], x[5] = float("nan"), float("-inf"), -0.0
+    with kd.backend("pallas"):
+        got = kernel(x, off, y)
+    want = ref_dense_add(x, off, y)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+    src = kernel.source(x, off, y, backend="pallas")
+    assert "a rank-2 index tile: one [" in src and "TPU has no lane gather" in src
+
+
+def test_a_table_too_big_for_the_one_hot_is_a_config_error() -> None:
+    x = torch.randn(300_000)
+    off = torch.tensor([0, 5, 300_000])
+    y = torch.zeros(2, 300_000)
+    with kd.backend("pallas"), pytest.raises(ConfigError, match="one-hot select over the "
+                                             r"resident row: \[300\d+, \d+\] int32 is over") as e:
+        jagged_dense_add_2d(x, off, y)
+    assert "kd.load(x_data" in str(e.value) or "x_slice = kd.load" in str(e.value)
 
 
 @kd.kernel
@@ -507,6 +554,17 @@ def test_a_jagged_block_needs_its_parents_dims() -> None:
 # sums here) fails there with "Sublane gather not supported by this TPU generation", as the
 # plain non-jagged row sum `out[tb] = x[tb, tk].sum(1)` does (not the jagged loop's doing)
 V4_ROW_SUM = "Sublane gather not supported by this TPU generation"
+
+
+@pytest.mark.slow  # about 4 minutes
+def test_helion_jagged_examples_compile_for_every_tpu_generation() -> None:
+    """The one-hot forms (rank-2 and rank-3 index tiles, gathers and scatters) on the real
+    Mosaic compiler of the five TPU targets."""
+    for example in EXAMPLES:
+        kernel, _, args = _inputs(example, [3, 0, 1, 7, 2, 5, 0, 13, 1], 11)
+        r = kernel.check(*args, measure_vmem=False)
+        assert [e.target for e in r.entries] == ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
+        assert all(e.ok for e in r.entries), (example, r.table())
 
 
 @pytest.mark.slow

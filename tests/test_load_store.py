@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kernel_dsl as kd
-from kernel_dsl.errors import ConfigError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
+from kernel_dsl.errors import DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
 from kernel_dsl.testing import fuzz
 
 BACKENDS = ("pallas", "triton", "nki")
@@ -131,9 +131,30 @@ def test_concat_masked_matches_torch_cat_on_nki(m: int, n1: int, n2: int) -> Non
     assert torch.equal(_run(concat2d_dim1, "nki", (x, y)), torch.cat([x, y], dim=1))
 
 
-def test_concat_masked_dim1_on_pallas_is_a_gather_along_the_minor_axis() -> None:
-    with pytest.raises(ConfigError, match="minor"):
-        _run(concat2d_dim1, "pallas", (torch.randn(7, 5), torch.randn(7, 17)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+@pytest.mark.parametrize("m,n1,n2", [(1, 1, 1), (7, 5, 17), (33, 17, 5), (17, 1, 130)], ids=str)
+def test_concat_masked_dim1_on_pallas(m: int, n1: int, n2: int, dtype: torch.dtype) -> None:
+    """`y[tile0, tile1.index - N1]` gathers along y's minor (lane) axis: Pallas renders a
+    one-hot select per row (lowering/pallas/onehot.py), exact for inf, NaN and -0.0."""
+    x, y = (torch.randn(m, n1) * 100).to(dtype), (torch.randn(m, n2) * 100).to(dtype)
+    if dtype != torch.int32:
+        x[0, 0], y[-1, -1], y[0, 0] = float("nan"), float("-inf"), -0.0
+    ref = torch.cat([x, y], dim=1)
+    for small in (False, True):
+        got = _run(concat2d_dim1, "pallas", (x, y), small=small)
+        got = got[0] if small else got
+        assert torch.equal(got.nan_to_num(), ref.nan_to_num()), small
+        assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got.signbit(), ref.signbit())
+    src = concat2d_dim1.source(x, y, backend="pallas")
+    assert "gather along the minor (lane) axis: TPU has no lane gather" in src
+
+
+def test_concat_masked_dim1_every_pallas_config() -> None:
+    x, y = torch.randn(37, 5), torch.randn(37, 130)
+    cfgs = list(concat2d_dim1.configs(x, y, backend="pallas"))
+    assert len(cfgs) >= 2
+    for cfg in cfgs:
+        assert torch.equal(concat2d_dim1.run_cpu("pallas", (x, y), cfg)[0], torch.cat([x, y], 1)), cfg
 
 
 @pytest.mark.parametrize("m1,m2,n", [(1, 1, 1), (7, 5, 17), (5, 17, 1), (17, 1, 33), (33, 7, 5)],
@@ -287,6 +308,13 @@ def test_load_outside_a_loop_is_device_code() -> None:
 
 
 # -- fuzz -----------------------------------------------------------------------------------------
+def test_fuzz_concat_masked_dim1() -> None:
+    result = fuzz(concat2d_dim1, lambda x, y: torch.cat([x, y], dim=1), "x[m,n1], y[m,n2]",
+                  dims={"m": (1, 40), "n1": (1, 140), "n2": (1, 140)}, dtypes=("f32", "bf16"),
+                  backends=("pallas", "triton"), configs=2, max_examples=6)
+    assert result.examples >= 6 and result.failures == 0
+
+
 def test_fuzz_concat_masked_dim0() -> None:
     result = fuzz(concat2d_dim0, lambda x, y: torch.cat([x, y], dim=0), "x[m1,n], y[m2,n]",
                   dims={"m1": (1, 40), "m2": (1, 40), "n": (1, 140)}, dtypes=("f32", "bf16"),

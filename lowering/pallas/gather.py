@@ -8,8 +8,9 @@ a dynamic-slice load from the resident table into a VMEM scratch block. That is 
 dtype and every value (NaN, inf, -0.0), unlike a one-hot matmul, which spreads a NaN or inf of
 one row to every row (0 * inf). Scatters and atomics (`out[ids[tb], td] = v`,
 `kd.atomic_add`) update an output block resident for the whole grid, whose axes all run
-"arbitrary" (in order, on one core): TPU has no atomics. A 1-D tensor (gathered or scattered
-along its lane axis) takes a one-hot select instead; the minor axis of a wider one is rejected.
+"arbitrary" (in order, on one core): TPU has no atomics. A gather along a lane axis (a 1-D
+tensor through an index of any rank, the minor axis of a wider one through a 1-D index) takes
+a one-hot select instead (onehot.py).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from kernel_dsl.errors import ConfigError
 from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, Value
 
-from . import bounds
+from . import bounds, onehot
 from .syntax import JNP
 
 if TYPE_CHECKING:
@@ -94,8 +95,10 @@ def render_dyn_row(w: "_KernelWriter", op: Op, x: str) -> None:
 
 
 def lane_form(op: Op) -> bool:
-    """A gather from / scatter into a 1-D tensor: rendered as a one-hot select (see below)."""
-    return len(op.attrs["tensor"].shape) == 1 and gather_entry(op) is not None
+    """A gather along a lane axis, rendered as a one-hot select over the resident row with a
+    vector index (onehot.py): from / into a 1-D tensor through an index of any rank, or from
+    the minor axis of a wider one through a 1-D index."""
+    return onehot.form(op) is not None
 
 
 def gather_entry(op: Op) -> tuple[int, Index] | None:
@@ -230,7 +233,7 @@ def check_form(ir: KernelIR) -> None:
     """A gather the TPU rendering cannot take: say why and what to write."""
     for op in ir.body.walk():
         g = gather_entry(op) if op.kind in ("load", "store") else None
-        if g is None:
+        if g is None or lane_form(op):
             continue
         axis, ix = g
         p: TensorParam = op.attrs["tensor"]
@@ -238,19 +241,21 @@ def check_form(ir: KernelIR) -> None:
             raise ConfigError(
                 f"the pallas backend cannot {'gather from' if op.kind == 'load' else 'scatter into'}"
                 f" `{p.name}` through a rank-{ix.scalar.rank} index tile: its TPU "  # type: ignore[union-attr]
-                "gathers are a loop over the lanes of a 1-D index (a row each) or a one-hot "
-                "select along one lane axis, and a rank-N index has no such row", op.loc,
-                "gather rows through a 1-D index: one jagged row per grid step (`for b in "
-                "kd.grid(n)`, `for tk in kd.tile(end - start)`, `x2d[start + tk.index, tm]`), "
-                "or use the triton backend")
-        if axis == len(p.shape) - 1 and not lane_form(op):
+                "gathers of rows are a loop over the lanes of a 1-D index (a row each); a one-hot "
+                "select takes an index of any rank only along the lane axis of a 1-D tensor",
+                op.loc,
+                "flatten the tensor and index it through flat indices (`x.view(-1)`, "
+                "`kd.load(x_flat, [rows[:, :, None] * M + tm.index[None, None, :]])`), gather "
+                "rows through a 1-D index, or use the triton backend")
+        if axis == len(p.shape) - 1:
             raise ConfigError(
                 f"the pallas backend cannot {'gather' if op.kind == 'load' else 'scatter'} "
-                f"along the minor (lane) axis of `{p.name}`: TPU has no lane gather or scatter "
-                "in VMEM", op.loc,
+                f"along the minor (lane) axis of `{p.name}` here: TPU has no lane gather or "
+                "scatter in VMEM; its one-hot select takes a load through a 1-D index with at "
+                "most the sublane axis as a block", op.loc,
                 f"gather rows: make the gathered axis a leading one (pass `{p.name}` with a "
                 "trailing axis of 1, `x[:, None]`, and index `x2[idx, 0]`), or use another backend")
-        if not lane_form(op) and not _lane_loads(ix.scalar, []):  # type: ignore[arg-type]
+        if not _lane_loads(ix.scalar, []):  # type: ignore[arg-type]
             raise ConfigError(
                 f"the pallas backend cannot recompute the index tile of `{p.name}[...]` lane by "
                 "lane", op.loc, "compute the index from loads of index tensors, `t.index`, "
@@ -373,85 +378,3 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     em.line("return carry")
     em.indent -= 1
     em.line(f"jax.lax.fori_loop(0, {count}, {fn}, 0)")
-
-
-_BITS_MIN = "jnp.int32(-2147483648)"
-
-
-def _wide(dtype: str, x: str) -> tuple[str, str]:
-    """(`x` as int32 bits or values, how to turn such an int32 back into `dtype`): exact."""
-    if dtype in INT + ("bool",):
-        back = "{}.astype(jnp.bool_)" if dtype == "bool" else f"{{}}.astype({JNP[dtype]})"
-        return f"{x}.astype(jnp.int32)", back
-    f32 = x if dtype == "f32" else f"{x}.astype(jnp.float32)"
-    back = "jax.lax.bitcast_convert_type({}, jnp.float32)"
-    if dtype != "f32":
-        back += f".astype({JNP[dtype]})"
-    return f"jax.lax.bitcast_convert_type({f32}, jnp.int32)", back
-
-
-def render_lane_gather(w: "_KernelWriter", op: Op) -> str:
-    """`x[idx]` of a 1-D `x`: TPU has no lane gather, so a one-hot select over the resident
-    row, [P, eb] (P the padded row); the sum of int32 bits of the one matching element is
-    exact for every value (NaN, inf, -0.0)."""
-    _, ix = gather_entry(op)  # type: ignore[misc]
-    p: TensorParam = op.attrs["tensor"]
-    v = op.result
-    idx = ix.scalar
-    assert idx is not None
-    eb = w.plan.eb(v.shape[0]) if not isinstance(v.shape[0], int) else v.shape[0]
-    rows = w.plan.axes[p.name][0].block
-    em = w.em
-    em.line("# gather along the lane axis: TPU has no lane gather, so a one-hot select over the "
-            "resident row (exact: the bits of the one matching element)", op)
-    bits, back = _wide(p.dtype, f"{p.name}_ref[...]")
-    em.line(f"lane{v.id} = jnp.clip({w.n(idx)}.astype(jnp.int32), 0, {p.shape[0] - 1})"
-            "  # out-of-range indices: clamped")
-    em.line(f"hit{v.id} = jax.lax.broadcasted_iota(jnp.int32, ({rows}, {eb}), 0) == "
-            f"jnp.reshape(lane{v.id}, (1, {eb}))")
-    em.line(f"bits{v.id} = jnp.reshape({bits}, ({rows}, 1))")
-    return back.format(f"jnp.sum(jnp.where(hit{v.id}, bits{v.id}, 0), axis=0)")
-
-
-def render_lane_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
-    """A store or atomic into a 1-D output through an index tile: a one-hot [eb, P] of the
-    in-range lanes, reduced over lanes (sum for add, max/min, and for a store the largest
-    bits among duplicates: one of the values), applied where some lane hit."""
-    _, ix = gather_entry(op)  # type: ignore[misc]
-    p: TensorParam = op.attrs["tensor"]
-    v = op.operands[0]
-    idx = ix.scalar
-    assert idx is not None
-    d = idx.shape[0]
-    eb = d if isinstance(d, int) else w.plan.eb(d)
-    rows = w.plan.axes[p.name][0].block
-    at = op.attrs.get("atomic")
-    em = w.em
-    k = f"s{v.id}_{len(w.em.lines)}"
-    em.line(f"# {'kd.atomic_' + at if at else 'a scatter'} into a 1-D output: TPU has no atomics "
-            "and no lane scatter; a one-hot of the lanes", op)
-    em.line("# reduced over lanes, applied to the resident block (grid steps run in order on "
-            "one core: all axes \"arbitrary\")")
-    ok = f"(jnp.reshape({w.n(idx)}.astype(jnp.int32), ({eb}, 1)) == jax.lax.broadcasted_iota(" \
-         f"jnp.int32, ({eb}, {rows}), 1))"
-    if not isinstance(d, int):  # lanes past the index tile's block write nothing
-        ok += f" & (jax.lax.broadcasted_iota(jnp.int32, ({eb}, {rows}), 0) < " \
-              f"{w.end(d)} - {w.begin(d)})"
-    em.line(f"hit_{k} = {ok}")
-    em.line(f"any_{k} = jnp.any(hit_{k}, axis=0)")
-    col = f"jnp.reshape({x}, ({eb}, 1))"
-    ref = f"{p.name}_ref[...]"
-    if at == "add":
-        upd = f"jnp.sum(jnp.where(hit_{k}, {col}, 0), axis=0).astype({JNP[p.dtype]})"
-        new = f"{ref} + upd_{k}"
-    elif at in ("max", "min"):
-        fill = ("-jnp.inf" if at == "max" else "jnp.inf") if p.dtype == "f32" else (
-            _BITS_MIN if at == "max" else "jnp.int32(2147483647)")
-        upd = f"jnp.{at}(jnp.where(hit_{k}, {col}, {fill}), axis=0)"
-        new = f"jnp.{'maximum' if at == 'max' else 'minimum'}({ref}, upd_{k})"
-    else:
-        bits, back = _wide(p.dtype, col)
-        upd = back.format(f"jnp.max(jnp.where(hit_{k}, {bits}, {_BITS_MIN}), axis=0)")
-        new = f"upd_{k}"
-    em.line(f"upd_{k} = {upd}")
-    em.line(f"{ref} = jnp.where(any_{k}, {new}, {ref})")

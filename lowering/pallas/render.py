@@ -7,7 +7,7 @@ from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
 from kernel_dsl.tile_bounds import multiple_of
 
 from .. import Generated
-from . import bounds, gather, tpu_shapes
+from . import bounds, gather, onehot, tpu_shapes
 from .call import Scratch, pallas_call
 from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, covers, plan_for
 from .syntax import JNP, lit, tup
@@ -180,7 +180,7 @@ class _KernelWriter:
         leading part of the axis, past its end keep what the tensor holds there (other tiles'
         lanes past the axis land in padding)."""
         if gather.lane_form(op):
-            return gather.render_lane_scatter(self, op, x)
+            return onehot.render_scatter(self, op, x)
         if gather.gather_entry(op) is not None:
             return gather.render_scatter(self, op, x)
         if gather.dyn_row(self.plan, op) is not None:
@@ -254,7 +254,7 @@ class _KernelWriter:
             return self.store(op, ins[0])
         r = op.result
         if k == "load" and gather.lane_form(op):
-            expr = gather.render_lane_gather(self, op)
+            expr = onehot.render_gather(self, op)
         elif k == "load" and gather.gather_entry(op) is not None:
             expr = gather.render_gather(self, op)
         elif k == "load":
