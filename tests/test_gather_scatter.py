@@ -138,7 +138,7 @@ def cols(x: torch.Tensor, i: torch.Tensor):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 9, 3), (17, 130, 37)], ids=str)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 9, 3), (17, 130, 37), (48, 7, 5)], ids=str)
 @pytest.mark.parametrize("backend", GATHER_BACKENDS)
 def test_lane_gather_of_a_2d_tensor(backend: str, m: int, n: int, k: int, dtype: torch.dtype) -> None:
     """Pallas: a one-hot select per row (exact), out-of-range ids clamped as other gathers."""

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import kernel_dsl as kd
-from kernel_dsl.errors import ConfigError, KernelSyntaxError, ShapeError
+from kernel_dsl.errors import BackendError, ConfigError, KernelSyntaxError, ShapeError
 
 # (row lengths, feature dim M): an empty batch row, size 1, primes, longer than a block
 CASES = [([0, 2, 0], 7), ([1], 1), ([3, 0, 1, 7, 2, 5, 0, 13, 1], 11), ([2, 2, 0, 37, 1], 33)]
@@ -320,14 +320,40 @@ def test_pallas_jagged_gathers_are_exact() -> None:
     assert "a rank-2 index tile: one [" in src and "TPU has no lane gather" in src
 
 
-def test_a_table_too_big_for_the_one_hot_is_a_config_error() -> None:
-    x = torch.randn(300_000)
-    off = torch.tensor([0, 5, 300_000])
-    y = torch.zeros(2, 300_000)
-    with kd.backend("pallas"), pytest.raises(ConfigError, match="one-hot select over the "
-                                             r"resident row: \[300\d+, \d+\] int32 is over") as e:
+@pytest.mark.parametrize("target", ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"])
+def test_dense_add_needs_an_aligned_lane_offset_on_tpu(target: str) -> None:
+    """jagged_dense_add's gather compiles, but its second loop, `kd.tile(max_nnz, n)`, starts at
+    a lane offset known only at run time: every generation's Mosaic rejects that ("E2003:
+    cannot statically prove that index in dimension 1 is a multiple of 128", libtpu 0.0.52), so
+    rendering for a TPU target is a BackendError naming the line (interpret mode runs it)."""
+    _, _, args = _inputs("dense_add", [3, 0, 1, 7], 5)
+    with pytest.raises(BackendError, match=f"{target} cannot index the lane axis of `y` at the "
+                       "start of `kd.tile"):
+        jagged_dense_add_2d.source(*args, target=target)
+
+
+def test_a_table_too_big_for_vmem_is_a_config_error() -> None:
+    x = torch.randn(2_000_000)
+    off = torch.tensor([0, 5, 2_000_000])
+    y = torch.zeros(2, 8)
+    with kd.backend("pallas"), pytest.raises(ConfigError, match=r"keeps `x_data` whole in VMEM to "
+                                             r"gather along its lane axis .* 7.6 MiB is over") as e:
         jagged_dense_add_2d(x, off, y)
-    assert "kd.load(x_data" in str(e.value) or "x_slice = kd.load" in str(e.value)
+    assert "x_slice = kd.load(x_data" in str(e.value)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_tables_longer_than_a_window(example: str) -> None:
+    """A flat table over 1024 elements is gathered from window by window of the span of each
+    index row (onehot.py WINDOW)."""
+    lengths = [0, 1, 300, 3, 150, 2, 1, 0, 129] if example != "dense_add" else [0, 1, 1100, 3, 1500]
+    kernel, ref, args = _inputs(example, lengths, 5 if example != "dense_add" else 1)
+    if example in ("sum", "dense_add"):  # comes through as inf, not NaN
+        args[0].view(-1)[7] = float("inf")
+    src = kernel.source(*args, backend="pallas")
+    assert "pl.multiple_of(w0_" in src
+    with kd.backend("pallas"):
+        _check(kernel(*args), ref(*args))
 
 
 @kd.kernel
@@ -560,7 +586,7 @@ V4_ROW_SUM = "Sublane gather not supported by this TPU generation"
 def test_helion_jagged_examples_compile_for_every_tpu_generation() -> None:
     """The one-hot forms (rank-2 and rank-3 index tiles, gathers and scatters) on the real
     Mosaic compiler of the five TPU targets."""
-    for example in EXAMPLES:
+    for example in EXAMPLES[:-1]:  # dense_add: test_dense_add_needs_an_aligned_lane_offset_on_tpu
         kernel, _, args = _inputs(example, [3, 0, 1, 7, 2, 5, 0, 13, 1], 11)
         r = kernel.check(*args, measure_vmem=False)
         assert [e.target for e in r.entries] == ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]

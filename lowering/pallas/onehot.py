@@ -33,6 +33,10 @@ BITS_MIN = "jnp.int32(-2147483648)"
 # one [P, c] int32 one-hot (with its iota and select alive beside it, about 3x): 4 MiB keeps
 # them inside the 16 MiB default scoped VMEM of v5e (and v4's 16 MiB in all)
 ONEHOT_BYTES = 4 << 20
+# a 1-D row longer than this is gathered from window by window (aligned dynamic slices)
+WINDOW = 1024
+# the resident row (double-buffered by its BlockSpec) must leave room in v4's 16 MiB of VMEM
+TABLE_BYTES = 6 << 20
 
 
 def _entry(op: Op) -> tuple[int, Index] | None:
@@ -82,6 +86,18 @@ def _fits(op: Op, p: TensorParam, rows: int, c: int) -> None:
             "the triton backend")
 
 
+def _resident(op: Op, p: TensorParam, elems: int) -> None:
+    size = elems * DTYPE_BITS[p.dtype] // 8
+    if size > TABLE_BYTES:
+        raise ConfigError(
+            f"the pallas backend keeps `{p.name}` whole in VMEM to gather along its lane axis (a "
+            f"one-hot select; TPU has no lane gather): {size / 2**20:.1f} MiB is over the "
+            f"{TABLE_BYTES >> 20} MiB this rendering allows", op.loc,
+            "split the call into chunks of the tensor, gather rows of a 2-D tensor instead "
+            "(`x2d[start + tk.index, tm]`: only the rows' blocks are resident), or use the "
+            "triton backend")
+
+
 def _row_loop(w: "_KernelWriter", lead: tuple[int, ...], fn: str) -> tuple[str, str]:
     """Opens `def fn(r, carry):` over the leading positions of an index tile; returns (the
     subscript of row r as a [1, c] block, the same with its sublane axis squeezed: [c])."""
@@ -108,7 +124,8 @@ def render_gather(w: "_KernelWriter", op: Op) -> str:
 
 
 def _flat_gather(w: "_KernelWriter", op: Op) -> str:
-    """`x[idx]` of a 1-D `x`: a one-hot select over the resident row, [P, c] per index row."""
+    """`x[idx]` of a 1-D `x`: a one-hot select over the resident row, [P, c] per index row; a
+    row longer than one WINDOW is walked window by window over the span of each index row."""
     _, ix = _entry(op)  # type: ignore[misc]
     p: TensorParam = op.attrs["tensor"]
     v = op.result
@@ -117,7 +134,9 @@ def _flat_gather(w: "_KernelWriter", op: Op) -> str:
     shape = _dims(w, v.shape)
     c = shape[-1]
     rows = w.plan.axes[p.name][0].block
-    _fits(op, p, rows, c)
+    windowed = rows > WINDOW
+    _resident(op, p, rows)
+    _fits(op, p, WINDOW if windowed else rows, c)
     em = w.em
     k = v.id
     bits, back = wide(p.dtype, f"{p.name}_ref[...]")
@@ -125,21 +144,28 @@ def _flat_gather(w: "_KernelWriter", op: Op) -> str:
             "resident row (exact: the bits of the one matching element)", op)
     em.line(f"lane{k} = jnp.clip({w.n(idx)}.astype(jnp.int32), 0, {p.shape[0] - 1})"
             "  # out-of-range indices: clamped")
-    em.line(f"bits{k} = jnp.reshape({bits}, ({rows}, 1))")
+    if not windowed:
+        em.line(f"bits{k} = jnp.reshape({bits}, ({rows}, 1))")
     if len(shape) == 1:
+        if windowed:
+            one = _windows(w, p, f"jnp.reshape(lane{k}, (1, {c}))", c, k)
+            return back.format(f"jnp.reshape({one}, ({c},))")
         em.line(f"hit{k} = jax.lax.broadcasted_iota(jnp.int32, ({rows}, {c}), 0) == "
                 f"jnp.reshape(lane{k}, (1, {c}))")
         return back.format(f"jnp.sum(jnp.where(hit{k}, bits{k}, 0), axis=0)")
-    em.line(f"# a rank-{len(shape)} index tile: one [{rows}, {c}] one-hot per row of it, through "
-            "VMEM scratch")
+    em.line(f"# a rank-{len(shape)} index tile: one [{WINDOW if windowed else rows}, {c}] one-hot per "
+            "row of it, through VMEM scratch")
     src, dst = f"lanes{k}_ref", f"gather{k}_ref"
     w.scratch.append((src, shape, "i32"))
     w.scratch.append((dst, shape, "i32"))
     em.line(f"{src}[...] = jnp.broadcast_to(lane{k}, {shape})")
     block, _ = _row_loop(w, shape[:-1], f"gather{k}")
     # leading positions indexed by scalars, the sublane by a 1-row slice: row r is [1, c]
-    em.line(f"hit = jax.lax.broadcasted_iota(jnp.int32, ({rows}, {c}), 0) == {src}[{block}]")
-    em.line(f"{dst}[{block}] = jnp.sum(jnp.where(hit, bits{k}, 0), axis=0, keepdims=True)")
+    if windowed:
+        em.line(f"{dst}[{block}] = {_windows(w, p, f'{src}[{block}]', c, k)}")
+    else:
+        em.line(f"hit = jax.lax.broadcasted_iota(jnp.int32, ({rows}, {c}), 0) == {src}[{block}]")
+        em.line(f"{dst}[{block}] = jnp.sum(jnp.where(hit, bits{k}, 0), axis=0, keepdims=True)")
     em.line("return carry")
     em.indent -= 1
     n = 1
@@ -147,6 +173,27 @@ def _flat_gather(w: "_KernelWriter", op: Op) -> str:
         n *= d
     em.line(f"jax.lax.fori_loop(0, {n}, gather{k}, 0)")
     return back.format(f"{dst}[...]")
+
+
+def _windows(w: "_KernelWriter", p: TensorParam, row: str, c: int, k: int) -> str:
+    """Emits the walk over the aligned WINDOWs of `p` spanned by one index row ([1, c], in
+    range); returns the name of its [1, c] int32 bits. Each lane matches in exactly one window,
+    so summing the windows' selects is exact; a contiguous row (`start + tk.index`, the jagged
+    case) spans one or two windows."""
+    em = w.em
+    bits, _ = wide(p.dtype, f"{p.name}_ref[pl.ds(base, {WINDOW})]")
+    em.line(f"row{k} = {row}")
+    em.line(f"w0_{k} = jnp.min(row{k}) - jax.lax.rem(jnp.min(row{k}), {WINDOW})")
+    em.line(f"def window{k}(i, acc):")
+    em.indent += 1
+    em.line(f"base = pl.multiple_of(w0_{k} + i * {WINDOW}, {WINDOW})")
+    em.line(f"seg = jnp.reshape({bits}, ({WINDOW}, 1))")
+    em.line(f"hit = jax.lax.broadcasted_iota(jnp.int32, ({WINDOW}, {c}), 0) + base == row{k}")
+    em.line("return acc + jnp.sum(jnp.where(hit, seg, 0), axis=0, keepdims=True)")
+    em.indent -= 1
+    em.line(f"one{k} = jax.lax.fori_loop(0, jax.lax.div(jnp.max(row{k}) - w0_{k}, {WINDOW}) + 1, "
+            f"window{k}, jnp.zeros((1, {c}), jnp.int32))")
+    return f"one{k}"
 
 
 def _minor_gather(w: "_KernelWriter", op: Op) -> str:
@@ -160,6 +207,7 @@ def _minor_gather(w: "_KernelWriter", op: Op) -> str:
     shape = _dims(w, v.shape)
     c = shape[-1]
     n = w.plan.axes[p.name][axis].block
+    _resident(op, p, n * (shape[0] if len(shape) > 1 else 1))
     _fits(op, p, n, c)
     em = w.em
     k = v.id
@@ -176,7 +224,8 @@ def _minor_gather(w: "_KernelWriter", op: Op) -> str:
     e = op.attrs["index"][sub]
     base = w.begin(e.tile) if ax.kind == "resident" and e.kind == "tile" else "0"
     rows = shape[0]
-    pack = 32 // DTYPE_BITS[p.dtype]
+    # 32-bit: a row loads alone; 16/8-bit: the aligned group of 16/32 rows holding it
+    pack = 1 if DTYPE_BITS[p.dtype] == 32 else 8 * 32 // DTYPE_BITS[p.dtype]
     dst = f"gather{k}_ref"
     w.scratch.append((dst, shape, "i32"))
     whole = pack > 1 and rows % pack != 0  # a packed block of other than whole groups
@@ -216,6 +265,7 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     shape = _dims(w, idx.shape)
     c = shape[-1]
     rows = w.plan.axes[p.name][0].block
+    _resident(op, p, rows)
     _fits(op, p, rows, c)
     at = op.attrs.get("atomic")
     em = w.em

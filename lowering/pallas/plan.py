@@ -19,6 +19,7 @@ from kernel_dsl.tile_bounds import end_max, multiple_of
 
 from .bounds import can_phase
 from .gather import packed_rows, scatter_rows, shared_outputs, smem_index_inputs
+from .onehot import WINDOW
 
 
 @dataclass
@@ -154,6 +155,8 @@ def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[i
         rows = scatter_rows(p, axis)
         padded = max(padded, -(-n // rows) * rows)
     for ix in uses:  # a gather loads whole groups of packed rows (gather.py)
+        if ix.kind == "gather" and len(p.shape) == 1 and n > WINDOW and not p.is_output:
+            padded = max(padded, -(-n // WINDOW) * WINDOW)  # whole windows (onehot.py)
         if ix.kind == "gather":
             rows = scatter_rows(p, axis) if p.is_output else packed_rows(p, axis)
             padded = max(padded, -(-n // rows) * rows)
@@ -167,7 +170,22 @@ def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[i
             elif multiple_of(t.lo, eb, plan_blocks):  # split at `x // bk * bk`: whole blocks
                 last = last // eb * eb
             padded = max(padded, -(-(last + eb) // eb) * eb)  # whole blocks: the block rule
-    return AxisPlan("resident", padded)
+    return AxisPlan("resident", _block_rule(p, axis, padded))
+
+
+def _block_rule(p: TensorParam, axis: int, padded: int) -> int:
+    """A resident block padded past its axis obeys the TPU block rule (notes/tpu.md 2): the
+    minor dim a multiple of 128, the sublane dim of 8 rows of 32 bits (a (9, 34) block over
+    (9, 17), `kd.tile(max_nnz, n)` in jagged_dense_add, is rejected on every target)."""
+    n = p.shape[axis]
+    from_end = len(p.shape) - 1 - axis
+    if padded == n or from_end > 1:
+        return padded
+    if len(p.shape) == 1:  # a multiple of 1024, or a power of two of at least 128 32-bit words
+        least = 128 * 32 // DTYPE_BITS[p.dtype]
+        return -(-padded // 1024) * 1024 if padded > 1024 else max(least, 1 << (padded - 1).bit_length())
+    unit = 128 if from_end == 0 else 8 * 32 // DTYPE_BITS[p.dtype]
+    return -(-padded // unit) * unit
 
 
 def make_plan(ir: KernelIR, config_blocks: dict[int, int], loop_mode: str) -> Plan:

@@ -611,6 +611,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
     if tgt is not None:
         _no_f16_bit_views(ir, tgt.name)
         tpu_shapes.check(ir, tgt.name, plan.eb)
+        tpu_shapes.check_lane_offsets(ir, plan, tgt.name)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS)
     scratch: list[Scratch] = w.scratch

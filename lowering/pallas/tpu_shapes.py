@@ -8,10 +8,14 @@ not supported by this TPU generation"); tpu-v5e and newer compile them.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_dsl.errors import BackendError
-from kernel_dsl.ir import KernelIR, TileVar, shape_str
+from kernel_dsl.ir import KernelIR, TileVar, Value, shape_str
+from kernel_dsl.tile_bounds import multiple_of
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 LANES = 128
 
@@ -33,3 +37,27 @@ def check(ir: KernelIR, target: str, eb: Any) -> None:
                 "keep the minor dim a multiple of 128 (for rope: "
                 "`x.reshape([tm, 2, d // 2]).permute(0, 2, 1)` then kd.split, which is two "
                 "slices), or target tpu-v5e or newer")
+
+
+def check_lane_offsets(ir: KernelIR, plan: "Plan", target: str) -> None:
+    """A `kd.tile(begin, end)` whose begin is known only at run time and not provably a
+    multiple of 128 cannot index the lane axis of a resident block: every generation's Mosaic
+    requires a dynamic lane offset to be aligned ("E2003: cannot statically prove that index in
+    dimension 1 is a multiple of 128", libtpu 0.0.52). Interpret mode runs it."""
+    for op in ir.body.walk():
+        if op.kind not in ("load", "store"):
+            continue
+        p = op.attrs["tensor"]
+        ix = op.attrs["index"][-1]
+        if p.name in plan.smem or ix.kind != "tile" or plan.axes[p.name][-1].kind != "resident":
+            continue
+        t = ix.tile
+        if t.bounded and isinstance(t.lo, Value) and not multiple_of(t.lo, LANES, plan.blocks):
+            raise BackendError(
+                f"{target} cannot index the lane axis of `{p.name}` at the start of `kd.tile("
+                "begin, end)` here: its begin is known only at run time and not provably a "
+                "multiple of 128, and Mosaic requires a dynamic lane offset to be aligned "
+                "(E2003: cannot statically prove that index ... is a multiple of 128)", op.loc,
+                "start the loop at an aligned bound (`kd.tile(begin // 128 * 128, end)` with a "
+                "mask for the lanes below begin), or run it in interpret mode or on another "
+                "backend")
