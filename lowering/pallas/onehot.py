@@ -35,8 +35,10 @@ BITS_MIN = "jnp.int32(-2147483648)"
 ONEHOT_BYTES = 4 << 20
 # a 1-D row longer than this is gathered from window by window (aligned dynamic slices)
 WINDOW = 1024
-# the resident row (double-buffered by its BlockSpec) must leave room in v4's 16 MiB of VMEM
-TABLE_BYTES = 6 << 20
+# the resident row is double-buffered by its BlockSpec: it may take a quarter of the target's
+# VMEM (4 MiB on tpu-v4, 16 MiB on v5p / v7x, 32 MiB on v5e / v6e); 32 MiB when rendered for
+# interpret mode
+TABLE_BYTES = 32 << 20
 
 
 def _entry(op: Op) -> tuple[int, Index] | None:
@@ -86,13 +88,16 @@ def _fits(op: Op, p: TensorParam, rows: int, c: int) -> None:
             "the triton backend")
 
 
-def _resident(op: Op, p: TensorParam, elems: int) -> None:
+def _resident(w: "_KernelWriter", op: Op, p: TensorParam, elems: int) -> None:
     size = elems * DTYPE_BITS[p.dtype] // 8
-    if size > TABLE_BYTES:
+    vmem = getattr(w, "vmem_bytes", None)
+    limit = vmem // 4 if vmem else TABLE_BYTES
+    if size > limit:
         raise ConfigError(
             f"the pallas backend keeps `{p.name}` whole in VMEM to gather along its lane axis (a "
             f"one-hot select; TPU has no lane gather): {size / 2**20:.1f} MiB is over the "
-            f"{TABLE_BYTES >> 20} MiB this rendering allows", op.loc,
+            f"{limit / 2**20:.0f} MiB this rendering allows"
+            + (f" (a quarter of the target's {vmem >> 20} MiB)" if vmem else ""), op.loc,
             "split the call into chunks of the tensor, gather rows of a 2-D tensor instead "
             "(`x2d[start + tk.index, tm]`: only the rows' blocks are resident), or use the "
             "triton backend")
@@ -135,7 +140,7 @@ def _flat_gather(w: "_KernelWriter", op: Op) -> str:
     c = shape[-1]
     rows = w.plan.axes[p.name][0].block
     windowed = rows > WINDOW
-    _resident(op, p, rows)
+    _resident(w, op, p, rows)
     _fits(op, p, WINDOW if windowed else rows, c)
     em = w.em
     k = v.id
@@ -207,7 +212,7 @@ def _minor_gather(w: "_KernelWriter", op: Op) -> str:
     shape = _dims(w, v.shape)
     c = shape[-1]
     n = w.plan.axes[p.name][axis].block
-    _resident(op, p, n * (shape[0] if len(shape) > 1 else 1))
+    _resident(w, op, p, n * (shape[0] if len(shape) > 1 else 1))
     _fits(op, p, n, c)
     em = w.em
     k = v.id
@@ -265,8 +270,9 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     shape = _dims(w, idx.shape)
     c = shape[-1]
     rows = w.plan.axes[p.name][0].block
-    _resident(op, p, rows)
-    _fits(op, p, rows, c)
+    windowed = rows > WINDOW
+    _resident(w, op, p, rows)
+    _fits(op, p, WINDOW if windowed else rows, c)
     at = op.attrs.get("atomic")
     em = w.em
     k = f"s{v.id}_{len(w.em.lines)}"
@@ -276,14 +282,15 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
             "one core: all axes \"arbitrary\")")
     conds = [w.lanes_in_range(d, idx.shape, a) for a, d in enumerate(idx.shape)
              if isinstance(d, TileVar)]
-    lane = f"{w.n(idx)}.astype(jnp.int32)"
-    if conds:  # lanes past a tile's end: index -1, no write
-        lane = f"jnp.where({' & '.join(f'({c_})' for c_ in conds)}, {lane}, -1)"
+    em.line(f"lane_{k} = {w.n(idx)}.astype(jnp.int32)")
+    conds += [f"lane_{k} >= 0", f"lane_{k} < {p.shape[0]}"]
+    # lanes past a tile's end and indices outside the axis: index -1, no write
+    lane = f"jnp.where({' & '.join(f'({c_})' for c_ in conds)}, lane_{k}, -1)"
     narrow = DTYPE_BITS[p.dtype] < 32
     vdt = ("i32" if p.dtype in INT + ("bool",) else "f32") if narrow else p.dtype
     if len(shape) == 1:
-        _scatter_row(w, p, at, k, f"jnp.reshape({lane}, ({c}, 1))", f"jnp.reshape({x}, ({c}, 1))",
-                     vdt, c, rows)
+        _scatter_cols(w, p, at, k, f"jnp.reshape({lane}, ({c}, 1))", f"jnp.reshape({x}, ({c}, 1))",
+                      vdt, c, rows, windowed)
         return
     lref, vref = f"lanes_{k}_ref", f"vals_{k}_ref"
     w.scratch.append((lref, shape, "i32"))
@@ -291,10 +298,11 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     em.line(f"{lref}[...] = jnp.broadcast_to({lane}, {shape})")
     val = x if not narrow else f"({x}).astype({JNP[vdt]})"
     em.line(f"{vref}[...] = jnp.broadcast_to({val}, {shape})")
-    em.line(f"# a rank-{len(shape)} index tile: its rows in order, one [{c}, {rows}] one-hot each")
+    em.line(f"# a rank-{len(shape)} index tile: its rows in order, one "
+            f"[{c}, {WINDOW if windowed else rows}] one-hot each")
     _, sq = _row_loop(w, shape[:-1], f"scatter_{k}")
-    _scatter_row(w, p, at, k, f"jnp.reshape({lref}[{sq}], ({c}, 1))",
-                 f"jnp.reshape({vref}[{sq}], ({c}, 1))", vdt, c, rows)
+    _scatter_cols(w, p, at, k, f"jnp.reshape({lref}[{sq}], ({c}, 1))",
+                  f"jnp.reshape({vref}[{sq}], ({c}, 1))", vdt, c, rows, windowed)
     em.line("return carry")
     em.indent -= 1
     n = 1
@@ -303,12 +311,35 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     em.line(f"jax.lax.fori_loop(0, {n}, scatter_{k}, 0)")
 
 
-def _scatter_row(w: "_KernelWriter", p: TensorParam, at: str | None, k: str, lane: str, col: str,
-                 vdt: str, c: int, rows: int) -> None:
+def _scatter_cols(w: "_KernelWriter", p: TensorParam, at: str | None, k: str, lane: str, col: str,
+                  vdt: str, c: int, rows: int, windowed: bool) -> None:
+    """One index row ([c, 1] lanes, -1 where nothing is written) into the output; an output
+    over one WINDOW is updated window by window over the row's span."""
+    if not windowed:
+        return _scatter_row(w, p, at, k, lane, col, vdt, c, rows)
     em = w.em
-    em.line(f"hit_{k} = {lane} == jax.lax.broadcasted_iota(jnp.int32, ({c}, {rows}), 1)")
+    em.line(f"col_{k} = {lane}")
+    em.line(f"val_{k} = {col}")
+    em.line(f"lo_{k} = jnp.min(jnp.where(col_{k} >= 0, col_{k}, {p.shape[0]}))")
+    em.line(f"w0_{k} = lo_{k} - jax.lax.rem(lo_{k}, {WINDOW})")
+    em.line(f"hi_{k} = jnp.max(col_{k})  # -1: no lane writes, no window")
+    em.line(f"def window_{k}(i, carry):")
+    em.indent += 1
+    em.line(f"base = pl.multiple_of(w0_{k} + i * {WINDOW}, {WINDOW})")
+    _scatter_row(w, p, at, k, f"col_{k}", f"val_{k}", vdt, c, WINDOW,
+                 ref=f"{p.name}_ref[pl.ds(base, {WINDOW})]", off=" + base")
+    em.line("return carry")
+    em.indent -= 1
+    em.line(f"jax.lax.fori_loop(0, jnp.where(hi_{k} >= 0, jax.lax.div(hi_{k} - w0_{k}, {WINDOW}) + 1, 0), "
+            f"window_{k}, 0)")
+
+
+def _scatter_row(w: "_KernelWriter", p: TensorParam, at: str | None, k: str, lane: str, col: str,
+                 vdt: str, c: int, rows: int, ref: str | None = None, off: str = "") -> None:
+    em = w.em
+    em.line(f"hit_{k} = {lane} == jax.lax.broadcasted_iota(jnp.int32, ({c}, {rows}), 1){off}")
     em.line(f"any_{k} = jnp.any(hit_{k}, axis=0)")
-    ref = f"{p.name}_ref[...]"
+    ref = ref or f"{p.name}_ref[...]"
     if at == "add":
         upd = f"jnp.sum(jnp.where(hit_{k}, {col}, 0), axis=0).astype({JNP[p.dtype]})"
         new = f"{ref} + upd_{k}"

@@ -155,7 +155,7 @@ def _axis_plan(p: TensorParam, axis: int, uses: list[Index], plan_blocks: dict[i
         rows = scatter_rows(p, axis)
         padded = max(padded, -(-n // rows) * rows)
     for ix in uses:  # a gather loads whole groups of packed rows (gather.py)
-        if ix.kind == "gather" and len(p.shape) == 1 and n > WINDOW and not p.is_output:
+        if ix.kind == "gather" and len(p.shape) == 1 and n > WINDOW:
             padded = max(padded, -(-n // WINDOW) * WINDOW)  # whole windows (onehot.py)
         if ix.kind == "gather":
             rows = scatter_rows(p, axis) if p.is_output else packed_rows(p, axis)

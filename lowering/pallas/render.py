@@ -613,6 +613,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         tpu_shapes.check(ir, tgt.name, plan.eb)
         tpu_shapes.check_lane_offsets(ir, plan, tgt.name)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
+    w.vmem_bytes = tgt.vmem_limit if tgt is not None else None  # onehot.py sizes tables by it
     gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS)
     scratch: list[Scratch] = w.scratch
     ins, outs = ir.inputs, ir.outputs
