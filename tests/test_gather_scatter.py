@@ -438,7 +438,7 @@ def test_pallas_atomics_and_scatter_compile_for_every_tpu() -> None:
     for kernel, args in ((segment_sum, (x, seg, 50)), (column_stats, (x,)),
                          (scatter_rows, (x, torch.randperm(300).to(torch.int32))),
                          (histogram, (seg, 50)), (shifted, (x[0],)), (cols, (x, seg)),
-                         (cols, (x.bfloat16(), seg)),
+                         (cols, (x.bfloat16(), seg)), (shifted, (torch.randn(3000),)),
                          (segment_rows, (x, seg, 50))):
         rep = kernel.check(*args, targets=TPUS)
         assert [e.status for e in rep.entries] == ["ok"] * 5, (kernel, rep)

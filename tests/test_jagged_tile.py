@@ -585,15 +585,19 @@ def test_a_jagged_block_needs_its_parents_dims() -> None:
 V4_ROW_SUM = "Sublane gather not supported by this TPU generation"
 
 
-@pytest.mark.slow  # about 4 minutes
+@pytest.mark.slow  # about 8 minutes
 def test_helion_jagged_examples_compile_for_every_tpu_generation() -> None:
     """The one-hot forms (rank-2 and rank-3 index tiles, gathers and scatters) on the real
     Mosaic compiler of the five TPU targets."""
-    for example in EXAMPLES[:-1]:  # dense_add: test_dense_add_needs_an_aligned_lane_offset_on_tpu
-        kernel, _, args = _inputs(example, [3, 0, 1, 7, 2, 5, 0, 13, 1], 11)
-        r = kernel.check(*args, measure_vmem=False)
-        assert [e.target for e in r.entries] == ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
-        assert all(e.ok for e in r.entries), (example, r.table())
+    # a table of one window (99 x 11 elements) and of several (586 x 33: windowed gathers and
+    # scatters); dense_add: test_dense_add_needs_an_aligned_lane_offset_on_tpu
+    for lengths, m in (([3, 0, 1, 7, 2, 5, 0, 13, 1], 11), ([0, 1, 300, 3, 150, 2, 1, 0, 129], 33)):
+        for example in EXAMPLES[:-1]:
+            kernel, _, args = _inputs(example, lengths, m)
+            r = kernel.check(*args, measure_vmem=False)
+            assert [e.target for e in r.entries] == ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e",
+                                                     "tpu-v7x"]
+            assert all(e.ok for e in r.entries), (example, r.table())
 
 
 @pytest.mark.slow

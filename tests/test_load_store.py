@@ -149,6 +149,18 @@ def test_concat_masked_dim1_on_pallas(m: int, n1: int, n2: int, dtype: torch.dty
     assert "gather along the minor (lane) axis: TPU has no lane gather" in src
 
 
+@pytest.mark.slow  # the real TPU compiler, five targets: about 2 minutes
+def test_concat_masked_dim1_compiles_for_every_tpu() -> None:
+    """The minor-axis one-hot select (f32: one dynamic row per step; bf16: its aligned 16-row
+    group, or the whole block when its rows are not whole groups) on libtpu's compilers."""
+    for m, n1, n2 in ((97, 26, 38), (1500, 400, 600)):
+        for dtype in (torch.float32, torch.bfloat16):
+            x, y = torch.empty(m, n1, dtype=dtype), torch.empty(m, n2, dtype=dtype)
+            rep = concat2d_dim1.check(x, y, targets=["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e",
+                                                     "tpu-v7x"], measure_vmem=False)
+            assert [e.status for e in rep.entries] == ["ok"] * 5, rep.table()
+
+
 def test_concat_masked_dim1_every_pallas_config() -> None:
     x, y = torch.randn(37, 5), torch.randn(37, 130)
     cfgs = list(concat2d_dim1.configs(x, y, backend="pallas"))

@@ -11,10 +11,15 @@ Each row of the index tile (its minor axis, c lanes) is compared with an iota ov
 elements of the resident row, [P, c], and the int32 bits of the one element that matches are
 summed: a select, so exact for every value (NaN, inf, -0.0), unlike a one-hot matmul (0 * inf).
 A rank-N index is walked row by row (a fori_loop over its leading positions, through VMEM
-scratch): each step holds one [P, c] one-hot. Work is P * (elements of the index tile): fine for
-the rows a jagged kernel indexes into, and the one-hot must fit VMEM (`ONEHOT_BYTES`), a
-ConfigError otherwise. Scatters (and atomics) reduce the one-hot over the lanes into the
-resident output block (all grid axes "arbitrary": steps run in order on one core).
+scratch): each step holds one [P, c] one-hot. A 1-D tensor longer than WINDOW is walked in
+aligned windows over the span [min, max] of each index row instead (a jagged row,
+`start + tk.index`, spans one or two), so the work is WINDOW * c per window, whatever P. Why
+not the alternatives: a one-hot matmul is inexact (0 * inf), a scalar loop over the lanes
+needs the index in SMEM (not a vector the kernel computed), and Mosaic has no dynamic lane
+gather. The tensor stays whole in VMEM (a quarter of the target's VMEM, `_resident`) and a
+one-hot must fit `ONEHOT_BYTES`: a ConfigError otherwise. Scatters (and atomics) reduce the
+one-hot over the lanes into the resident output block (all grid axes "arbitrary": steps run
+in order on one core).
 """
 from __future__ import annotations
 
