@@ -297,9 +297,13 @@ def test_pallas_block_configs(example: str) -> None:
 @pytest.mark.slow  # every pallas config of the five examples: a few minutes
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_pallas_config_of_the_examples(example: str) -> None:
+    """Every config (8, 16, 16 and 1 of them), but 24 spread over layer_norm's 8192 (three
+    loop nests of blocks: about 1 s each in interpret mode)."""
     kernel, ref, args = _inputs(example, [2, 2, 0, 37, 1], 33)
     want = ref(*args)
     cfgs = list(kernel.configs(*args, backend="pallas"))
+    if len(cfgs) > 100:
+        cfgs = _spread(cfgs, 24)
     for cfg in cfgs:
         _check(kernel.run_cpu("pallas", args, cfg)[0], want)
 
