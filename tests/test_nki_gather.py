@@ -156,3 +156,82 @@ def test_atomics_through_an_index_tile_stay_a_clear_error() -> None:
     msg = str(e.value)
     assert "cannot scatter into `out` through an index tile" in msg and "dma_compute" in msg
     assert "kd.atomic_add(out, [seg[tb], td], x[tb, td])" in msg  # the user's line
+
+
+# -- rank-N index tiles: one indirect DMA per column of the block, an index per element ------
+@kd.kernel
+def windows(x: torch.Tensor, starts: torch.Tensor, w: int):
+    """`x[starts[tb][:, None] + tk.index[None, :]]` (Helion's jagged_dense_add form)."""
+    n = starts.shape[0]
+    out = torch.empty([n, w], dtype=x.dtype)
+    for tb, tk in kd.tile([n, w]):
+        out[tb, tk] = x[starts[tb][:, None] + tk.index[None, :]]
+    return out
+
+
+@kd.kernel
+def jagged_sum_static(x_data: torch.Tensor, x_offsets: torch.Tensor, kmax: int):
+    """Helion's jagged_sum with a static bound on the row length (`kd.tile(kmax)` and a mask)
+    in place of `kd.jagged_tile`, which NKI refuses (a loop bounded from memory)."""
+    M = x_data.shape[1]
+    num_rows = x_offsets.size(0) - 1
+    out = torch.zeros([num_rows, M], dtype=x_data.dtype)
+    x_flat = x_data.view(-1)
+    for tile_b in kd.tile(num_rows):
+        starts = x_offsets[tile_b]
+        nnz = x_offsets[tile_b.index + 1] - starts
+        for tile_m in kd.tile(M):
+            acc = kd.zeros([tile_b, tile_m], dtype=x_data.dtype)
+            for tile_k in kd.tile(kmax):
+                base = starts[:, None] + tile_k.index[None, :]
+                flat = base[:, :, None] * M + tile_m.index[None, None, :]
+                mask = (tile_k.index[None, :] < nnz[:, None])[:, :, None]
+                acc = acc + kd.load(x_flat, [flat], extra_mask=mask).sum(dim=1)
+            out[tile_b, tile_m] = acc
+    return out
+
+
+@kd.kernel
+def scatter_windows(v: torch.Tensor, starts: torch.Tensor, size: int):
+    """`out[starts[tb][:, None] + tk.index[None, :]] = v[tb, tk]`: a rank-2 scatter."""
+    n, w = v.shape
+    out = torch.zeros([size], dtype=v.dtype)
+    for tb, tk in kd.tile([n, w]):
+        out[starts[tb][:, None] + tk.index[None, :]] = v[tb, tk]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+def test_rank_2_gather_in_every_config(dtype: torch.dtype) -> None:
+    x = (torch.randn(300) * 100).to(dtype)
+    starts = torch.tensor([0, 7, 150, 299, 3, 280] * 7, dtype=torch.int32)  # 42 rows
+    idx = starts.long()[:, None] + torch.arange(21)
+    inside = idx < 300
+    space = list(windows.configs(x, starts, 21, backend="nki"))
+    assert space
+    for cfg in space:
+        got = windows.run_cpu("nki", (x, starts, 21), cfg)[0]
+        assert torch.equal(got[inside], x[idx[inside]]), cfg
+        assert (got[~inside] == 0).all(), cfg  # past the axis: skipped by the DMA, 0
+    src = windows.source(x, starts, 21, backend="nki", config=space[0])
+    assert "one indirect DMA per column" in src and forms.violations(src) == []
+
+
+@pytest.mark.parametrize("lengths", [[3, 0, 1, 7, 2, 5], [1], [0, 0, 4]], ids=str)
+def test_jagged_sum_with_a_rank_3_index_in_every_config(lengths: list[int]) -> None:
+    lens = torch.tensor(lengths)
+    offs = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]).to(torch.int32)
+    x = torch.randn(max(int(lens.sum()), 1), 37)
+    want = torch.stack([x[offs[i]:offs[i + 1]].sum(0) for i in range(len(lengths))])
+    for cfg in jagged_sum_static.configs(x, offs, 7, backend="nki"):
+        got = jagged_sum_static.run_cpu("nki", (x, offs, 7), cfg)[0]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=str(cfg))
+
+
+def test_rank_2_scatter() -> None:
+    v = torch.randn(5, 4)
+    starts = torch.tensor([0, 4, 12, 20, 8], dtype=torch.int32)  # disjoint windows
+    want = torch.zeros(24)
+    want[(starts.long()[:, None] + torch.arange(4)).reshape(-1)] = v.reshape(-1)
+    for cfg in scatter_windows.configs(v, starts, 24, backend="nki"):
+        assert torch.equal(scatter_windows.run_cpu("nki", (v, starts, 24), cfg)[0], want), cfg

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel_dsl.errors import ConfigError
-from kernel_dsl.ir import Index, Op, TensorParam, TileVar, Value
+from kernel_dsl.ir import Dim, Index, Op, TensorParam, TileVar, Value
 
 from .shifted import shift_of
 from .targets import PMAX
@@ -33,15 +33,29 @@ Writer = Any  # writer.Writer (which imports layout.py, which imports this modul
 
 @dataclass(frozen=True)
 class Gather:
-    """One gather entry on `axis` of a load or store, indexed by the 1-D value `index`."""
+    """One gather entry on `axis` of a load or store, indexed by the value `index`: 1-D (a row
+    per partition) or rank-N (an element per lane: one indirect DMA per column of the block)."""
 
     axis: int
     index: Value
-    pos: int  # the gather dim's position in the indexed block's shape
+    pos: int  # the index's first dim's position in the indexed block's shape
+
+    @property
+    def per_lane(self) -> bool:
+        return self.index.rank > 1
+
+    @property
+    def part_axis(self) -> int:
+        """The block axis that goes on partitions: the index's only dim, or its second to last."""
+        return self.pos + max(self.index.rank - 2, 0)
+
+    @property
+    def part_dim(self) -> Dim:
+        return self.index.shape[max(self.index.rank - 2, 0)]
 
 
 def gather_of(op: Op) -> Gather | None:
-    """The gather of a load or non-atomic store with one 1-D index tile (not a shifted block)."""
+    """The gather of a load or non-atomic store with one index tile (not a shifted block)."""
     if op.kind not in ("load", "store") or op.attrs.get("atomic") or shift_of(op) is not None:
         return None
     index: tuple[Index, ...] = op.attrs["index"]
@@ -51,8 +65,6 @@ def gather_of(op: Op) -> Gather | None:
     axis = gathers[0]
     v = index[axis].scalar
     assert v is not None
-    if v.rank != 1:
-        return None
     pos = sum(1 for ix in index[:axis] if ix.kind not in ("int", "dyn"))
     return Gather(axis, v, pos)
 
@@ -71,10 +83,11 @@ def _scaled(e: str, s: int) -> str:
 
 
 def indirect_view(w: Writer, op: Op, g: Gather, idx: str) -> str:
-    """`p.ap(pattern=..., offset=..., vector_offset=idx, indirect_dim=axis)` for the block."""
+    """`p.ap(pattern=..., offset=..., vector_offset=idx, indirect_dim=axis)` for the block (for
+    a rank-N index: for one column of it, an element per partition)."""
     p: TensorParam = op.attrs["tensor"]
     st = strides(p)
-    pairs = [f"[{st[g.axis]}, {_count(w, g.index.shape[0])}]"]
+    pairs = [f"[{st[g.axis]}, {_count(w, g.part_dim)}]"]
     offset: list[str] = []
     for k, ix in enumerate(op.attrs["index"]):
         if k == g.axis:
@@ -94,6 +107,10 @@ def indirect_view(w: Writer, op: Op, g: Gather, idx: str) -> str:
             offset.append(_scaled(w.begin(t), st[k]))
             if w.eb(t) > 1:
                 pairs.append(f"[{st[k]}, {w.count(t)}]")
+    if g.per_lane and len(pairs) > 1:
+        raise ConfigError(f"the NKI lowering cannot index `{p.name}` with a rank-{g.index.rank} "
+                          "index tile and another tile of the block", op.loc,
+                          "index the other axes with ints, or use the pallas or triton backend")
     if len(pairs) == 1:
         pairs.append("[1, 1]")  # a gather of single elements: one per partition
     off = " + ".join(offset) or "0"
@@ -102,22 +119,51 @@ def indirect_view(w: Writer, op: Op, g: Gather, idx: str) -> str:
 
 
 def index_column(w: Writer, g: Gather) -> str:
-    """The in-range part of the index as an int32 SBUF column `(n, 1)`."""
-    col = w.get(g.index, "T")
+    """The in-range part of the index as an int32 SBUF column `(n, 1)` (for a rank-N index:
+    the `(n, F)` tile of the block's shape, its columns taken one by one)."""
+    col = w.get(g.index, index_orient(w.core(g.index), g))
     if col.dtype != "i32":
         w.em.push(w.slots[g.index.id])  # once, next to the index's definition (writer.at)
         col = w.cast(col, "i32")
         w.em.pop()
-    d = g.index.shape[0]
-    if isinstance(d, TileVar) and w.ragged(d):
+    d = g.part_dim
+    if isinstance(d, TileVar) and w.ragged(d) and not g.per_lane:
         return f"{col.name}[0:{w.count(d)}, :]"
     return col.name
 
 
+def index_orient(core: Any, g: Gather) -> str:
+    """The orientation that puts the index's partition dim on partitions."""
+    pos = core.pos_of(max(g.index.rank - 2, 0))
+    return "N" if pos == 0 else "T"
+
+
+def columns(w: Writer, g: Gather, tile: Any) -> list[tuple[str, str]]:
+    """(on-chip slice, index slice) per DMA: the whole block for a 1-D index; for a rank-N
+    index one `(n, 1)` column each (a Python loop over the free axis, unrolled at trace time)."""
+    d = g.part_dim
+    rows = f"0:{w.count(d)}" if isinstance(d, TileVar) and w.ragged(d) else ":"
+    if not g.per_lane:
+        return [("", "")]
+    free = g.index.shape[-1]
+    n = w.count(free) if isinstance(free, TileVar) else str(free)
+    if tile.phys[1] == 1:
+        return [(f"[{rows}, 0:1]", f"[{rows}, 0:1]")]
+    j = w.fresh("j")
+    w.em.open(f"for {j} in range({n}):", comment="one indirect DMA per column: an index per element")
+    return [(f"[{rows}, {j}:{j} + 1]", f"[{rows}, {j}:{j} + 1]")]
+
+
 def check_partitions(w: Writer, op: Op, g: Gather, tile: Any) -> None:
     """The tile holding the block has the index's dim on partitions, at most 128 of them."""
-    d = g.index.shape[0]
+    d = g.part_dim
     n = w.eb(d) if isinstance(d, TileVar) else int(d)
+    free = g.index.shape[-1]
+    if g.per_lane and tile.phys[1] > 1 and tile.dims[1] is not free:
+        raise ConfigError(f"the NKI lowering cannot {'gather' if op.kind == 'load' else 'scatter'} "
+                          f"along `{op.attrs['tensor'].name}` axis {g.axis} here: the rank-"
+                          f"{g.index.rank} index's last dim must be the block's free axis", op.loc,
+                          "use the pallas or triton backend")
     if tile.phys[0] != n or (tile.dims[0] is not d and n > 1):
         raise ConfigError(f"the NKI lowering cannot {'gather' if op.kind == 'load' else 'scatter'} "
                           f"along `{op.attrs['tensor'].name}` axis {g.axis} here: its index's dim "
@@ -134,8 +180,8 @@ def block_axis(g: Gather, op: Op, v: Value) -> int:
     if op.kind == "store":
         index = op.attrs["index"]
         block = sum(1 for ix in index if ix.kind not in ("int", "dyn")) + g.index.rank - 1
-    return g.pos - (block - v.rank)
+    return g.part_axis - (block - v.rank)
 
 
-__all__ = ["Gather", "block_axis", "check_partitions", "gather_of", "index_column", "indirect_view",
-           "strides"]
+__all__ = ["Gather", "block_axis", "check_partitions", "columns", "gather_of", "index_column",
+           "index_orient", "indirect_view", "strides"]

@@ -25,7 +25,7 @@ from kernel_dsl.errors import BackendError
 from kernel_dsl.ir import Dim, KernelIR, Op, Region, TileVar, Value
 
 from .affine import Virtual
-from .gather import block_axis, gather_of
+from .gather import block_axis, gather_of, index_orient
 
 ELEMENTWISE = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor", "shl", "shr",
                "floordiv", "mod", "lt", "le", "gt", "ge", "eq", "ne", "where")
@@ -215,7 +215,7 @@ class _Infer:
         if k == "load":
             g = gather_of(op)
             if g is not None:  # an indirect DMA moves a row per partition (gather.py)
-                pos = r.pos_of(g.pos)
+                pos = r.pos_of(g.part_axis)
                 return orient_with(pos, on_partitions=True) if pos is not None else None
             return "N" if min(r.sizes) > 1 else None
         if k == "dot":
@@ -284,7 +284,7 @@ class _Infer:
         k = op.kind
         g = gather_of(op)
         if g is not None:  # the index as an SBUF column (n, 1): one index per partition
-            out = [(g.index, "T")]
+            out = [(g.index, index_orient(self.core(g.index), g))]
             if k == "store":
                 x = op.operands[0]
                 pos = self.core(x).pos_of(block_axis(g, op, x))

@@ -114,9 +114,17 @@ def gather(w: Writer, op: Op, g: gt.Gather) -> None:
     idx = gt.index_column(w, g)
     zero = "0.0" if v.dtype in FLOATS else "0"
     w.line(f"nisa.memset(dst={tile.name}, value={zero})", comment="out-of-range ids read 0")
-    w.line(f"nisa.dma_copy(dst={sbuf_view(w, tile)}, src={gt.indirect_view(w, op, g, idx)}, "
-           "oob_mode=nisa.oob_mode.skip)", comment=f"gather: a row of `{p.name}` per partition")
+    for dst, ix in gt.columns(w, g, tile):
+        dst = f"{tile.name}{dst}" if dst else sbuf_view(w, tile)
+        w.line(f"nisa.dma_copy(dst={dst}, src={gt.indirect_view(w, op, g, idx + ix)}, "
+               "oob_mode=nisa.oob_mode.skip)", comment=f"gather: {what(g, p)} per partition")
+    if g.per_lane and tile.phys[1] > 1:
+        w.em.close()
     w.define(v, tile)
+
+
+def what(g: gt.Gather, p: TensorParam) -> str:
+    return f"an element of `{p.name}`" if g.per_lane else f"a row of `{p.name}`"
 
 
 def scatter(w: Writer, op: Op, g: gt.Gather) -> None:
@@ -132,8 +140,12 @@ def scatter(w: Writer, op: Op, g: gt.Gather) -> None:
     tile = w.get(x, orient_with(pos, on_partitions=True))
     gt.check_partitions(w, op, g, tile)
     idx = gt.index_column(w, g)
-    w.line(f"nisa.dma_copy(dst={gt.indirect_view(w, op, g, idx)}, src={sbuf_view(w, tile)}, "
-           "oob_mode=nisa.oob_mode.skip)", comment=f"scatter: a row of `{p.name}` per partition")
+    for src, ix in gt.columns(w, g, tile):
+        src = f"{tile.name}{src}" if src else sbuf_view(w, tile)
+        w.line(f"nisa.dma_copy(dst={gt.indirect_view(w, op, g, idx + ix)}, src={src}, "
+               "oob_mode=nisa.oob_mode.skip)", comment=f"scatter: {what(g, p)} per partition")
+    if g.per_lane and tile.phys[1] > 1:
+        w.em.close()
 
 
 def shifted_dma(w: Writer, op: Op, sh: Shift, tile: Tile, load: bool) -> None:

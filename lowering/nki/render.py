@@ -46,9 +46,9 @@ def check_knobs(ir: KernelIR, config: Config) -> None:
 
 def check_no_gather(ir: KernelIR) -> None:
     """Gathers and scatters the NKI lowering takes: `t.index + c` (shifted.py: the tile's block
-    shifted by `c`, an ordinary DMA) and a 1-D index tile (gather.py: per-partition indirect
-    DMA, `.ap(vector_offset=)`, a row per partition). Atomics through an index tile and rank-N
-    index tiles are refused here."""
+    shifted by `c`, an ordinary DMA) and one index tile (gather.py: per-partition indirect DMA,
+    `.ap(vector_offset=)`, a row per partition, or an element per partition and column for a
+    rank-N index). Atomics through an index tile are refused here."""
     for op in ir.body.walk():
         if op.kind in ("load", "store") and any(ix.kind == "gather" for ix in op.attrs["index"]):
             if shift_of(op) is not None or gather_of(op) is not None:
@@ -60,14 +60,12 @@ def check_no_gather(ir: KernelIR) -> None:
                        "(dma_compute with vector_offset), which kernel_dsl's NKI interpreter "
                        "does not model")
             else:
-                why = (f"NKI's indirect DMA takes one index per partition, a (P, 1) column; a "
-                       f"rank-{rank} index tile addresses every element of the block")
+                why = "NKI's indirect DMA takes one index tile per access"
             raise ConfigError(
                 f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through "
                 f"{'an index tile' if rank == 1 else f'a rank-{rank} index tile'}: {why}",
-                op.loc, "index with a 1-D index tile (a row per lane), or `t.index + c`; else "
-                "gather or scatter in PyTorch around the kernel (`emb[ids]`, "
-                "`out.index_add_(0, ids, v)`), or use the pallas or triton backend")
+                op.loc, "scatter with a plain store and accumulate in PyTorch around the kernel "
+                "(`out.index_add_(0, ids, v)`), or use the pallas or triton backend")
 
 
 def check_dtypes(ir: KernelIR, tgt: Target) -> None:
