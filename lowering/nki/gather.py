@@ -1,4 +1,4 @@
-"""Gathers and scatters through a 1-D index tile as NKI's per-partition indirect DMA.
+"""Gathers and scatters through an index tile as NKI's per-partition indirect DMA.
 
 `emb[ids[tb], td]` (Helion's embedding) is one `nisa.dma_copy` whose HBM side is
 `emb.ap(pattern=[[stride, n], [1, n_td]], offset=..., vector_offset=idx, indirect_dim=axis)`:
@@ -11,10 +11,16 @@ first count, the destination rows and the index column are all `0:n_t`. The othe
 entries are the pattern's other pairs (tiles, `:`, static slices) or part of `offset` (ints,
 blocks of 1, device scalars).
 
-An index outside `[0, size)` in an in-range lane (the user's bug, docs/ir.md) is skipped with
-`oob_mode=nisa.oob_mode.skip`: a gather reads 0 there (the tile is memset to 0 first), a scatter
-writes nothing, like the shifted blocks of shifted.py. Atomics through an index tile, rank-N
-indices and gathers whose dim does not lie on partitions stay ConfigErrors (render.py).
+A rank-N index (Helion's jagged `x_flat[starts[:, None] + tk.index[None, :]]`) has an index per
+element: its last two dims are the block's (partitions, free), and each column of the block is
+one indirect DMA of an element per partition (`vector_offset=idx[:, j:j + 1]`, a Python loop
+over the columns, unrolled at trace time).
+
+An index outside `[0, size)` in an in-range lane (the user's bug, docs/ir.md; for a rank-N index
+also a masked lane past a row's end) is skipped with `oob_mode=nisa.oob_mode.skip`: a gather
+reads 0 there (the tile is memset to 0 first), a scatter writes nothing, like the shifted blocks
+of shifted.py. Atomics through an index tile stay a ConfigError (render.py), as do blocks whose
+layout does not put the index's dims on (partitions, free).
 """
 from __future__ import annotations
 
@@ -138,20 +144,21 @@ def index_orient(core: Any, g: Gather) -> str:
     return "N" if pos == 0 else "T"
 
 
-def columns(w: Writer, g: Gather, tile: Any) -> list[tuple[str, str]]:
-    """(on-chip slice, index slice) per DMA: the whole block for a 1-D index; for a rank-N
-    index one `(n, 1)` column each (a Python loop over the free axis, unrolled at trace time)."""
+def column(w: Writer, g: Gather, tile: Any) -> str:
+    """The subscript of one DMA's on-chip side and index: "" (the whole block) for a 1-D index;
+    for a rank-N index one `(n, 1)` column, inside a Python loop over the free axis that this
+    opens when the block has more than one column (the caller closes it)."""
     d = g.part_dim
     rows = f"0:{w.count(d)}" if isinstance(d, TileVar) and w.ragged(d) else ":"
     if not g.per_lane:
-        return [("", "")]
-    free = g.index.shape[-1]
-    n = w.count(free) if isinstance(free, TileVar) else str(free)
+        return ""
     if tile.phys[1] == 1:
-        return [(f"[{rows}, 0:1]", f"[{rows}, 0:1]")]
+        return f"[{rows}, 0:1]"
+    free = g.index.shape[-1]
     j = w.fresh("j")
-    w.em.open(f"for {j} in range({n}):", comment="one indirect DMA per column: an index per element")
-    return [(f"[{rows}, {j}:{j} + 1]", f"[{rows}, {j}:{j} + 1]")]
+    w.em.open(f"for {j} in range({_count(w, free)}):",
+              comment="one indirect DMA per column: an index per element")
+    return f"[{rows}, {j}:{j} + 1]"
 
 
 def check_partitions(w: Writer, op: Op, g: Gather, tile: Any) -> None:
@@ -183,5 +190,5 @@ def block_axis(g: Gather, op: Op, v: Value) -> int:
     return g.part_axis - (block - v.rank)
 
 
-__all__ = ["Gather", "block_axis", "check_partitions", "columns", "gather_of", "index_column",
+__all__ = ["Gather", "block_axis", "check_partitions", "column", "gather_of", "index_column",
            "index_orient", "indirect_view", "strides"]

@@ -106,7 +106,8 @@ def load(w: Writer, op: Op) -> None:
 
 
 def gather(w: Writer, op: Op, g: gt.Gather) -> None:
-    """A gather through an index tile: one indirect DMA, a row per partition (gather.py)."""
+    """A gather through an index tile: one indirect DMA, a row per partition (a rank-N index:
+    one per column, an element per partition; gather.py)."""
     v = op.result
     p: TensorParam = op.attrs["tensor"]
     tile = w.new_result(v, f"{p.name}_{v.id}")
@@ -114,10 +115,10 @@ def gather(w: Writer, op: Op, g: gt.Gather) -> None:
     idx = gt.index_column(w, g)
     zero = "0.0" if v.dtype in FLOATS else "0"
     w.line(f"nisa.memset(dst={tile.name}, value={zero})", comment="out-of-range ids read 0")
-    for dst, ix in gt.columns(w, g, tile):
-        dst = f"{tile.name}{dst}" if dst else sbuf_view(w, tile)
-        w.line(f"nisa.dma_copy(dst={dst}, src={gt.indirect_view(w, op, g, idx + ix)}, "
-               "oob_mode=nisa.oob_mode.skip)", comment=f"gather: {what(g, p)} per partition")
+    col = gt.column(w, g, tile)
+    dst = f"{tile.name}{col}" if col else sbuf_view(w, tile)
+    w.line(f"nisa.dma_copy(dst={dst}, src={gt.indirect_view(w, op, g, idx + col)}, "
+           "oob_mode=nisa.oob_mode.skip)", comment=f"gather: {what(g, p)} per partition")
     if g.per_lane and tile.phys[1] > 1:
         w.em.close()
     w.define(v, tile)
@@ -140,10 +141,10 @@ def scatter(w: Writer, op: Op, g: gt.Gather) -> None:
     tile = w.get(x, orient_with(pos, on_partitions=True))
     gt.check_partitions(w, op, g, tile)
     idx = gt.index_column(w, g)
-    for src, ix in gt.columns(w, g, tile):
-        src = f"{tile.name}{src}" if src else sbuf_view(w, tile)
-        w.line(f"nisa.dma_copy(dst={gt.indirect_view(w, op, g, idx + ix)}, src={src}, "
-               "oob_mode=nisa.oob_mode.skip)", comment=f"scatter: {what(g, p)} per partition")
+    col = gt.column(w, g, tile)
+    src = f"{tile.name}{col}" if col else sbuf_view(w, tile)
+    w.line(f"nisa.dma_copy(dst={gt.indirect_view(w, op, g, idx + col)}, src={src}, "
+           "oob_mode=nisa.oob_mode.skip)", comment=f"scatter: {what(g, p)} per partition")
     if g.per_lane and tile.phys[1] > 1:
         w.em.close()
 
