@@ -56,9 +56,10 @@ def check_no_gather(ir: KernelIR) -> None:
             what = "gather from" if op.kind == "load" else "scatter into"
             rank = max(ix.scalar.rank for ix in op.attrs["index"] if ix.kind == "gather")
             if op.attrs.get("atomic"):
-                why = ("an atomic update through an index tile is a read-modify-write DMA "
-                       "(dma_compute with vector_offset), which kernel_dsl's NKI interpreter "
-                       "does not model")
+                why = ("an atomic update through an index tile would be a read-modify-write "
+                       "DMA (dma_compute with vector_offset), which NKI documents for unique "
+                       "indices only (duplicates, the point of an atomic, are 'not yet "
+                       "supported')")
             else:
                 why = "NKI's indirect DMA takes one index tile per access"
             raise ConfigError(
