@@ -9,10 +9,11 @@ import torch
 import kernel_dsl as kd
 from kernel_dsl.errors import ConfigError, UnsupportedOpError
 
-GATHER_BACKENDS = ("pallas", "triton")
+GATHER_BACKENDS = ("pallas", "triton", "nki")
+ATOMIC_BACKENDS = ("pallas", "triton")  # atomics through index tiles: not on nki (render.py)
 TPUS = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
 # small blocks so that the token axis has a ragged last block (pallas lanes: 8 rows, 128 cols)
-SMALL = {"pallas": kd.Config([8, 128]), "triton": kd.Config([4, 16])}
+SMALL = {"pallas": kd.Config([8, 128]), "triton": kd.Config([4, 16]), "nki": kd.Config([8, 16])}
 
 
 @kd.kernel
@@ -214,20 +215,23 @@ def test_scatter_with_duplicates_writes_one_of_the_values() -> None:
         assert torch.equal(got[3:], torch.zeros(3, 5))
 
 
-def test_scatter_is_a_clear_error_on_nki() -> None:
-    x, perm = torch.randn(4, 3), torch.tensor([1, 0, 3, 2], dtype=torch.int32)
-    with kd.backend("nki"), pytest.raises(ConfigError) as e:
-        scatter_rows(x, perm)
-    assert "cannot scatter into `out` through an index tile" in str(e.value)
+@kd.kernel
+def windows(x: torch.Tensor, starts: torch.Tensor, w: int):
+    """`x[starts[tb][:, None] + tk.index[None, :]]`: a rank-2 index tile (Helion's jagged form)."""
+    n = starts.shape[0]
+    out = torch.empty([n, w], dtype=x.dtype)
+    for tb, tk in kd.tile([n, w]):
+        out[tb, tk] = x[starts[tb][:, None] + tk.index[None, :]]
+    return out
 
 
-def test_nki_says_why_it_cannot_gather() -> None:
-    ids, weight = torch.tensor([1, 0], dtype=torch.int32), torch.randn(3, 4)
-    with kd.backend("nki"), pytest.raises(ConfigError) as e:
-        embedding_tiles(ids, weight)
-    msg = str(e.value)
-    assert "cannot gather from `weight` through an index tile" in msg
-    assert "weight[ids[tb], td]" in msg
+def test_rank_2_gather_on_triton_and_nki() -> None:
+    """NKI: one indirect DMA per column, an index per element (tests/test_nki_gather.py)."""
+    x, starts = torch.randn(30), torch.tensor([0, 7, 20], dtype=torch.int32)
+    want = x[starts.long()[:, None] + torch.arange(4)]
+    for backend in ("triton", "nki"):
+        with kd.backend(backend):
+            assert torch.equal(windows(x, starts, 4), want), backend
 
 
 def test_bad_gather_indices_get_typed_errors() -> None:
@@ -335,7 +339,7 @@ def segment_rows(x: torch.Tensor, seg: torch.Tensor, nseg: int):
     return out, last
 
 
-@pytest.mark.parametrize("backend", GATHER_BACKENDS)
+@pytest.mark.parametrize("backend", ATOMIC_BACKENDS)
 def test_atomic_and_store_at_a_loaded_scalar(backend: str) -> None:
     x = torch.randn(37, 200)
     seg = torch.randint(0, 5, (37,), dtype=torch.int32)
@@ -350,7 +354,7 @@ def test_atomic_and_store_at_a_loaded_scalar(backend: str) -> None:
 
 @pytest.mark.parametrize("sizes", [(37, 5, 19), (1, 1, 1), (16, 3, 130)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32], ids=str)
-@pytest.mark.parametrize("backend", GATHER_BACKENDS)
+@pytest.mark.parametrize("backend", ATOMIC_BACKENDS)
 def test_segment_sum_accumulates_duplicates(backend: str, dtype: torch.dtype,
                                             sizes: tuple[int, int, int]) -> None:
     n, nseg, d = sizes
@@ -365,7 +369,7 @@ def test_segment_sum_accumulates_duplicates(backend: str, dtype: torch.dtype,
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("backend", GATHER_BACKENDS)
+@pytest.mark.parametrize("backend", ATOMIC_BACKENDS)
 def test_atomic_add_max_min_across_grid_steps(backend: str) -> None:
     x = torch.randn(45, 150)
     for cfg in (None, SMALL[backend]):
@@ -374,7 +378,7 @@ def test_atomic_add_max_min_across_grid_steps(backend: str) -> None:
         assert torch.equal(hi, x.amax(0)) and torch.equal(lo, x.amin(0)), cfg
 
 
-@pytest.mark.parametrize("backend", GATHER_BACKENDS)
+@pytest.mark.parametrize("backend", ATOMIC_BACKENDS)
 def test_histogram(backend: str) -> None:
     x = torch.randint(0, 10, (1000,), dtype=torch.int32)
     want = torch.bincount(x.long(), minlength=10).to(torch.int32)
@@ -382,7 +386,7 @@ def test_histogram(backend: str) -> None:
         assert torch.equal(_run(histogram, backend, x, 10, config=cfg), want), cfg
 
 
-@pytest.mark.parametrize("backend", GATHER_BACKENDS)
+@pytest.mark.parametrize("backend", ATOMIC_BACKENDS)
 def test_matmul_split_k(backend: str) -> None:
     x, y = torch.randn(20, 300), torch.randn(300, 24)
     cfg = {"pallas": kd.Config([8, 128, 128, 64]), "triton": kd.Config([16, 16, 128, 32])}[backend]
@@ -474,7 +478,7 @@ def test_fuzz_gathers_from_tile_index() -> None:
         return x[1:], x[(torch.arange(m - 1) * 2) % m] * 2
 
     fuzz(next_rows, reference, "x[m,n]", dtypes=[torch.float32, torch.bfloat16],
-         dims={"m": (2, 40), "n": (1, 300)}, configs=3, backends=list(GATHER_BACKENDS),
+         dims={"m": (2, 40), "n": (1, 300)}, configs=3, backends=list(ATOMIC_BACKENDS),
          max_examples=6, seed=0)
 
 

@@ -328,14 +328,18 @@ def test_ap_dtype_reinterprets_the_storage() -> None:
     np.testing.assert_array_equal(run(k, np.array([[1.0, -3.0]], dtype=F32)), [[1.0, -3.0]])
 
 
-def test_vector_offset_indirection_is_rejected_as_not_modelled() -> None:
+def test_vector_offset_on_an_on_chip_tensor_is_rejected() -> None:
+    # dma_copy's docstring: "The tensor being indexed (the one .ap() is called on) must be in
+    # HBM" (the indirect DMA itself: tests/test_nki_indirect.py)
     @nki.jit
     def k(a):
         idx = nl.zeros((4, 1), dtype=nl.int32)
-        a.ap(pattern=[[4, 4], [1, 4]], vector_offset=idx)
+        t = nl.load(a)
+        t.ap(pattern=[[4, 4], [1, 4]], vector_offset=idx)
         return a
 
-    not_modelled(k, A)
+    with pytest.raises(NkiError, match="must be in HBM"):
+        run(k, A)
 
 
 # -- dtypes ----------------------------------------------------------------------------------

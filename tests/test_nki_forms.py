@@ -109,6 +109,20 @@ def odd_forms(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@kd.kernel
+def gather_scatter(ids: torch.Tensor, weight: torch.Tensor, perm: torch.Tensor):
+    """An embedding gather with int16 ids (cast to an int32 column) and a scatter through a
+    permutation: indirect DMAs (lowering/nki/gather.py)."""
+    n, dim = ids.shape[0], weight.shape[1]
+    out = torch.empty([n, dim], dtype=weight.dtype)
+    moved = torch.zeros([n, dim], dtype=weight.dtype)
+    for tb, td in kd.tile([n, dim]):
+        rows = weight[ids[tb], td]
+        out[tb, td] = rows
+        moved[perm[tb], td] = rows * 2
+    return out, moved
+
+
 def _library_sources(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """What the library kernels render under `kd.backend("nki")`, forward and backward (shapes no
     other test uses, so no cached rendering hides a call)."""
@@ -144,6 +158,9 @@ def _library_sources(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 def corpus() -> Iterator[list[tuple[str, str]]]:
     out = [(name, k.source(*args, backend="nki", target=tgt)) for name, k, args, tgt in _dsl_cases()]
     out.append(("odd_forms", odd_forms.source(E(37, 300), E(37, 300), backend="nki")))
+    ids = E(150, dtype=torch.int16)
+    out.append(("gather_scatter", gather_scatter.source(ids, E(40, 33), E(150, dtype=torch.int32),
+                                                       backend="nki")))
     with pytest.MonkeyPatch.context() as mp:
         lib = _library_sources(mp)
     rendered = {name.split()[1] for name, _ in lib}  # a cached rendering would hide its calls

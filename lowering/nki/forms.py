@@ -27,6 +27,8 @@ FORMS: dict[tuple[str, frozenset[str]], str] = {
     _f("nl.ndarray", "shape", "dtype", "buffer"):
         "nki-samples src/nki_samples/tutorials/matrix_multiplication/matrix_multiplication_nki_kernels.py",
     _f("nisa.dma_copy", "dst", "src"): LIB + "core/attention/attention_bwd.py",
+    # a gather with `src=hbm.ap(pattern, offset, vector_offset, indirect_dim)` (gather.py)
+    _f("nisa.dma_copy", "dst", "src", "oob_mode"): LIB + "experimental/moe/forward/bwmm_shard_on_H.py",
     _f("nisa.memset", "dst", "value"): LIB + "core/attention/attention_cte.py (and -np.inf: "
                                              "core/attention/attention_tkg.py)",
     _f("nisa.tensor_copy", "dst", "src"): LIB + "core/attention/attention_cte.py",

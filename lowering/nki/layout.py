@@ -25,6 +25,7 @@ from kernel_dsl.errors import BackendError
 from kernel_dsl.ir import Dim, KernelIR, Op, Region, TileVar, Value
 
 from .affine import Virtual
+from .gather import block_axis, gather_of, index_orient
 
 ELEMENTWISE = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "xor", "shl", "shr",
                "floordiv", "mod", "lt", "le", "gt", "ge", "eq", "ne", "where")
@@ -212,6 +213,10 @@ class _Infer:
         k = op.kind
         r = self.core(op.result)
         if k == "load":
+            g = gather_of(op)
+            if g is not None:  # an indirect DMA moves a row per partition (gather.py)
+                pos = r.pos_of(g.part_axis)
+                return orient_with(pos, on_partitions=True) if pos is not None else None
             return "N" if min(r.sizes) > 1 else None
         if k == "dot":
             return "N"
@@ -277,6 +282,14 @@ class _Infer:
 
     def wants(self, op: Op) -> list[tuple[Value, str]]:
         k = op.kind
+        g = gather_of(op)
+        if g is not None:  # the index as an SBUF column (n, 1): one index per partition
+            out = [(g.index, index_orient(self.core(g.index), g))]
+            if k == "store":
+                x = op.operands[0]
+                pos = self.core(x).pos_of(block_axis(g, op, x))
+                out += [(x, orient_with(pos, on_partitions=True))] if pos is not None else []
+            return out
         if k == "store":
             return [(op.operands[0], "N")]
         if k == "dot":

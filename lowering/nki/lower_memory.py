@@ -13,6 +13,8 @@ from kernel_dsl.errors import ConfigError
 from kernel_dsl.ir import FLOAT_DTYPES as FLOATS
 from kernel_dsl.ir import Index, Op, TensorParam, TileVar
 
+from . import gather as gt
+from .layout import orient_with
 from .names import BYTES, NL_DTYPE, lit, shape
 from .shifted import Shift, shift_of
 from .targets import PMAX
@@ -76,6 +78,10 @@ def load(w: Writer, op: Op) -> None:
     p: TensorParam = op.attrs["tensor"]
     c = w.core(v)
     o = w.orient[v.id]
+    g = gt.gather_of(op)
+    if g is not None:
+        gather(w, op, g)
+        return
     if c.sizes[0] > PMAX and min(c.sizes) > 1:
         w.lazy[v.id] = RowBlocks(w, op)  # loaded in row blocks where a consumer needs it
         w.slots[v.id] = w.em.slot()
@@ -97,6 +103,50 @@ def load(w: Writer, op: Op) -> None:
     else:
         shifted_dma(w, op, sh, tile, load=True)
     w.define(v, tile)
+
+
+def gather(w: Writer, op: Op, g: gt.Gather) -> None:
+    """A gather through an index tile: one indirect DMA, a row per partition (a rank-N index:
+    one per column, an element per partition; gather.py)."""
+    v = op.result
+    p: TensorParam = op.attrs["tensor"]
+    tile = w.new_result(v, f"{p.name}_{v.id}")
+    gt.check_partitions(w, op, g, tile)
+    idx = gt.index_column(w, g)
+    zero = "0.0" if v.dtype in FLOATS else "0"
+    w.line(f"nisa.memset(dst={tile.name}, value={zero})", comment="out-of-range ids read 0")
+    col = gt.column(w, g, tile)
+    dst = f"{tile.name}{col}" if col else sbuf_view(w, tile)
+    w.line(f"nisa.dma_copy(dst={dst}, src={gt.indirect_view(w, op, g, idx + col)}, "
+           "oob_mode=nisa.oob_mode.skip)", comment=f"gather: {what(g, p)} per partition")
+    if g.per_lane and tile.phys[1] > 1:
+        w.em.close()
+    w.define(v, tile)
+
+
+def what(g: gt.Gather, p: TensorParam) -> str:
+    return f"an element of `{p.name}`" if g.per_lane else f"a row of `{p.name}`"
+
+
+def scatter(w: Writer, op: Op, g: gt.Gather) -> None:
+    """A scatter through an index tile: one indirect DMA from the value's tile (gather.py)."""
+    x = op.operands[0]
+    p: TensorParam = op.attrs["tensor"]
+    pos = w.core(x).pos_of(gt.block_axis(g, op, x))
+    if pos is None:
+        raise ConfigError(f"the NKI lowering cannot scatter into `{p.name}` a value that is "
+                          "broadcast along the index's dim", op.loc,
+                          "broadcast the value to the indexed block first, or use the pallas or "
+                          "triton backend")
+    tile = w.get(x, orient_with(pos, on_partitions=True))
+    gt.check_partitions(w, op, g, tile)
+    idx = gt.index_column(w, g)
+    col = gt.column(w, g, tile)
+    src = f"{tile.name}{col}" if col else sbuf_view(w, tile)
+    w.line(f"nisa.dma_copy(dst={gt.indirect_view(w, op, g, idx + col)}, src={src}, "
+           "oob_mode=nisa.oob_mode.skip)", comment=f"scatter: {what(g, p)} per partition")
+    if g.per_lane and tile.phys[1] > 1:
+        w.em.close()
 
 
 def shifted_dma(w: Writer, op: Op, sh: Shift, tile: Tile, load: bool) -> None:
@@ -209,6 +259,10 @@ class RowBlocks:
 
 
 def store(w: Writer, op: Op) -> None:
+    g = gt.gather_of(op)
+    if g is not None:
+        scatter(w, op, g)
+        return
     x = op.operands[0]
     p: TensorParam = op.attrs["tensor"]
     c = w.core(x)

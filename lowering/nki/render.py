@@ -16,6 +16,7 @@ from .. import Generated
 from . import lower_elementwise, lower_matmul, lower_memory, lower_reduce, lower_scan, lower_shapes
 from .emitter import Emitter
 from .expand import expand
+from .gather import gather_of
 from .names import HBM_DTYPE, index, shape
 from .shifted import shift_of
 from .targets import TARGETS, Target
@@ -44,24 +45,28 @@ def check_knobs(ir: KernelIR, config: Config) -> None:
 
 
 def check_no_gather(ir: KernelIR) -> None:
-    """NKI's vector-indexed DMA (`.ap(vector_offset=)`) is not modelled by our interpreter
-    (docs/nki.md), so gathers, scatters and atomics through index tiles are not lowered, except
-    a gather or scatter whose index is `t.index + c` (shifted.py): the tile's block shifted by
-    `c`, an ordinary DMA."""
+    """Gathers and scatters the NKI lowering takes: `t.index + c` (shifted.py: the tile's block
+    shifted by `c`, an ordinary DMA) and one index tile (gather.py: per-partition indirect DMA,
+    `.ap(vector_offset=)`, a row per partition, or an element per partition and column for a
+    rank-N index). Atomics through an index tile are refused here."""
     for op in ir.body.walk():
         if op.kind in ("load", "store") and any(ix.kind == "gather" for ix in op.attrs["index"]):
-            if shift_of(op) is not None:  # `x[t.index + 1]`: a shifted block, a plain DMA
+            if shift_of(op) is not None or gather_of(op) is not None:
                 continue
             what = "gather from" if op.kind == "load" else "scatter into"
             rank = max(ix.scalar.rank for ix in op.attrs["index"] if ix.kind == "gather")
-            through = "an index tile" if rank == 1 else f"a rank-{rank} index tile"
+            if op.attrs.get("atomic"):
+                why = ("an atomic update through an index tile would be a read-modify-write "
+                       "DMA (dma_compute with vector_offset), which NKI documents for unique "
+                       "indices only (duplicates, the point of an atomic, are 'not yet "
+                       "supported')")
+            else:
+                why = "NKI's indirect DMA takes one index tile per access"
             raise ConfigError(
-                f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through {through}"
-                ": per-partition indirect DMA is not modelled by kernel_dsl's NKI "
-                "interpreter", op.loc, "the NKI lowering takes `t.index + c` (c a static int: a "
-                "shifted block) as an index tile; else gather or scatter in PyTorch around the "
-                "kernel (`emb[ids]`, `out.index_add_(0, ids, v)`) and pass the result, or use "
-                "the pallas or triton backend")
+                f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through "
+                f"{'an index tile' if rank == 1 else f'a rank-{rank} index tile'}: {why}",
+                op.loc, "scatter with a plain store and accumulate in PyTorch around the kernel "
+                "(`out.index_add_(0, ids, v)`), or use the pallas or triton backend")
 
 
 def check_dtypes(ir: KernelIR, tgt: Target) -> None:

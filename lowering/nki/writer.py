@@ -108,9 +108,14 @@ class Writer:
         x = self.virt.get(b.id)
         if not isinstance(x, Scalar):
             what = f"bound loop {t!r}" if t is not None else "index a tensor"
-            raise ConfigError(f"the NKI lowering cannot {what} by a value loaded from memory",
+            why = ("" if t is None else ": its loops unroll at trace time (block starts and edge "
+                   "counts are Python ints), and NKI's run-time loop (nl.fori_loop over a "
+                   "register) is not generated")
+            raise ConfigError(f"the NKI lowering cannot {what} by a value loaded from memory{why}",
                               t.loc if t is not None else b.op.loc if b.op else None,
-                              "use ints, kd.grid indices or tiles' begin/end; or another backend")
+                              "use ints, kd.grid indices or tiles' begin/end (a static bound "
+                              "with a mask, e.g. `kd.tile(kmax)` and `extra_mask=tk.index[None, :] "
+                              "< nnz[:, None]`); or the triton backend")
         return x.expr
 
     def end(self, t: TileVar) -> str:

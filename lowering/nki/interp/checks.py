@@ -55,6 +55,9 @@ class dge_mode(Enum):  # noqa: N801
 
 def tensor(x: Any, where: str, role: str) -> NkiTensor:
     if not isinstance(x, NkiTensor):
+        if type(x).__name__ == "IndirectTensor":  # indirect.py: a dma_copy operand only
+            raise NkiError(where, f"`{role}` is a vector_offset view; only nisa.dma_copy takes "
+                           "one here", "not modelled")
         raise NkiError(where, f"`{role}` must be a tensor, got {type(x).__name__}", "operands")
     return x
 

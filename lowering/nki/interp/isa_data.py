@@ -8,6 +8,7 @@ import numpy as np
 
 from . import checks as ck
 from . import dtypes as dt
+from . import indirect
 from . import language as nl
 from .checks import engine
 from .errors import NkiError
@@ -19,8 +20,16 @@ from .tensor import NkiTensor
 def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None, oob_mode: Any = None,
              dge_mode: Any = None, engine: Any = None, name: Any = None) -> None:
     """HBM <-> SBUF (or SBUF -> SBUF). Element counts match; a dtype change goes through fp32.
-    DMA cannot touch PSUM since NKI 0.3."""
+    DMA cannot touch PSUM since NKI 0.3. A `.ap(vector_offset=)` side is a gather or scatter
+    (indirect.py), checked against `oob_mode` (default: error)."""
     w = "nisa.dma_copy"
+    if isinstance(dst, indirect.IndirectTensor) or isinstance(src, indirect.IndirectTensor):
+        if not isinstance(dst, (NkiTensor, indirect.IndirectTensor)):
+            ck.tensor(dst, w, "dst")
+        if not isinstance(src, (NkiTensor, indirect.IndirectTensor)):
+            ck.tensor(src, w, "src")
+        indirect.dma(dst, src, oob_mode, dge_mode, _dma_convert)
+        return
     d, s = ck.tensor(dst, w, "dst"), ck.tensor(src, w, "src")
     why = "DMA cannot read or write PSUM since NKI 0.3; evict PSUM with nisa.tensor_copy first"
     ck.placed(s, w, "src", ("hbm", "sbuf"), why, engine_access=False)
@@ -32,6 +41,10 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, priority: Any = None, oob_mode: Any
         d.arr[...] = s.raw().reshape(-1).reshape(d.shape)
     else:
         d.write(s.f32().reshape(-1).reshape(d.shape))
+
+
+def _dma_convert(vals: np.ndarray, frm: dt.DType, to: dt.DType) -> np.ndarray:
+    return vals if frm is to else np.asarray(dt.to_storage(vals.astype(np.float32), to))
 
 
 def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = engine.unknown, name: Any = None,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as dt
+from . import indirect
 from .errors import NkiError
 
 MAX_FREE_DIMS = 4
@@ -173,12 +174,10 @@ class ViewMethods:
         elements per partition. `dtype` reinterprets the storage (strides count elements of
         that dtype). `scalar_offset` is a one-element integer tensor or a register, read now
         (this interpreter runs eagerly): its value times this view's stride on `indirect_dim` is added to the
-        start. `vector_offset` (per-partition indirection) is not modelled.
+        start. `vector_offset` (an SBUF (P, 1) index column) makes an HBM view addressed per
+        partition, a `dma_copy` operand (indirect.py).
         """
         w = ".ap"
-        if vector_offset is not None:
-            raise NkiError(w, "vector_offset (per-partition indirect addressing) is not modelled "
-                           "by this interpreter", "not modelled")
         elem = self.dtype if dtype is None else dtype  # type: ignore[attr-defined]
         if not isinstance(elem, dt.DType):
             raise NkiError(w, f"dtype {elem!r} is not an NKI dtype", "dtypes")
@@ -200,6 +199,9 @@ class ViewMethods:
             raise NkiError(w, f"the view starts at byte {base_bytes}, not a multiple of "
                            f"{elem!r}'s size", "tensor views")
         start = base_bytes // elem.itemsize + (0 if offset is None else int(offset))
+        if vector_offset is not None:
+            return indirect.make(self, flat, start, pairs, vector_offset, indirect_dim, elem,
+                                 scalar_offset)
         if scalar_offset is not None:
             start += self._scalar_offset(scalar_offset, indirect_dim, elem, w)
         lo = start + sum(s * (c - 1) for s, c in pairs if s < 0)
