@@ -25,7 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .errors import KernelSyntaxError, SourceLoc
-from .host_views import Step, ViewTracker, apply, unaliased
+from .host_views import Step, ViewTracker, _target, apply, conversion_name, unaliased
 from .ir import TensorParam
 from .runtime_scalars import _BINARY, _UNARY, RuntimeScalar
 from .tracing import Tracer, user_loc
@@ -179,7 +179,10 @@ class Recorder:
 
         meta_args, meta_kwargs = tree_map(stand_in, (args, kwargs))
         targs, tkwargs = tree_map(template, (args, kwargs))
-        self._check_in_place(name, args, kwargs, loc)
+        writes = self._check_in_place(name, args, kwargs, loc)
+        conv = conversion_name(func)
+        if conv is not None and meta_args and isinstance(meta_args[0], torch.Tensor):
+            _target(meta_args[0], conv, meta_args, meta_kwargs, loc)  # refuses a device move
         try:
             out = func(*meta_args, **meta_kwargs)
         except Exception as e:  # the user's torch call fails on these shapes and dtypes
@@ -188,7 +191,7 @@ class Recorder:
                          "host code after the kernel is plain torch on the kernel's outputs; "
                          "this call fails in torch for these shapes and dtypes") from None
         leaves = tree_flatten(out)[0]
-        if not any(isinstance(x, torch.Tensor) for x in leaves):
+        if not writes and not any(isinstance(x, torch.Tensor) for x in leaves):
             return out  # a metadata read (`torch.is_floating_point(t)`)
         j = len(self.nodes)
         for i, x in enumerate(leaves):
@@ -214,14 +217,15 @@ class Recorder:
                      "pass the tensor to the kernel as an argument")
 
     def _check_in_place(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-                        loc: SourceLoc | None) -> None:
+                        loc: SourceLoc | None) -> bool:
+        """Whether the call writes into a tensor (refused for an argument)."""
         in_place = (name == "__setitem__" or (name.startswith("__i") and name.endswith("__"))
                     or (name.endswith("_") and not name.endswith("__")))
         out = kwargs.get("out")
         target = out if isinstance(out, torch.Tensor) else (
             args[0] if in_place and args and isinstance(args[0], torch.Tensor) else None)
         if target is None:
-            return
+            return False
         if self.views.tracked(target) and id(target) not in self.ref_of:
             writes_input = not self.views.root(target)[0].is_output
         else:
@@ -231,6 +235,7 @@ class Recorder:
                          "in host code after the kernel", loc,
                          "a kernel does not change its arguments: compute a new tensor "
                          "(`y = x + 1` rather than `x.add_(1)`)")
+        return True
 
     def _aliases_input(self, t: torch.Tensor) -> bool:
         key = t.untyped_storage()._cdata
