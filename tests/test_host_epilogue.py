@@ -481,12 +481,24 @@ def test_device_moves_after_the_kernel_are_refused() -> None:
     assert 'return out.sum().to("cpu")' in str(e.value)
 
 
+# tpu-v4's Mosaic has no sublane gather: a lane reduction stored into a 1-D output (each kernel's
+# per-row loss here) fails there with this message (libtpu compile-only), as the plain row sum
+# `out[tb] = x[tb, tk].sum(1)` does (tests/test_jagged_tile.py); not the epilogue's doing.
+V4_ROW_SUM = "Sublane gather not supported by this TPU generation"
+
+
 @pytest.mark.slow
 def test_the_real_tpu_compiler_accepts_the_ports() -> None:
     """libtpu compile-only, five generations: the kernels under the epilogues."""
     y_pred, y_true = _kl_args(13, 130)
+    logits, labels = _ce_args(13, 130)
     for kernel, args in ((kl_div_forward, (y_pred, y_true, False, "batchmean")),
-                         (cross_entropy, (_ce_args(13, 130)[0], _ce_args(13, 130)[1].int())),
+                         (cross_entropy, (logits, labels.int())),
                          (jsd_forward, (y_pred, y_true.log(), None, 0.5))):
-        report = kernel.check(*args, targets=TPU_TARGETS)
-        assert [e.status for e in report.entries] == ["ok"] * 5, report
+        report = kernel.check(*args, targets=TPU_TARGETS, measure_vmem=False)
+        assert len(report.entries) == 5
+        for e in report.entries:
+            if e.target == "tpu-v4":
+                assert not e.ok and V4_ROW_SUM in e.message, report.table()
+            else:
+                assert e.ok, report.table()
