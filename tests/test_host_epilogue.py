@@ -406,6 +406,12 @@ def test_autograd_through_an_epilogue(dynamo_reset: Any, compiled: bool) -> None
     _close(x.grad, xr.grad)
 
 
+@pytest.mark.filterwarnings("ignore:kernel_dsl. torch.vmap")
+def test_vmap_runs_the_epilogue_per_element() -> None:
+    x = torch.randn(3, 5, 7)
+    _close(torch.vmap(mean_square)(x), (x * x).sum(-1).mean(-1))
+
+
 # -- more host code after the kernel ---------------------------------------------------------------
 
 @kd.kernel
@@ -444,6 +450,20 @@ def test_general_host_code_after_the_kernel(backend: str) -> None:
     _close(r2, rows.sum() / absr.sum() * 2.0 + x.mean())
     result = torch.library.opcheck(many._ops.op, (x, 0.25))
     assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_triton_cuda_op_body_runs_the_epilogue() -> None:
+    """The CUDA op's body (lowering/triton/cuda.py) on CPU tensors through Triton's interpreter:
+    the epilogue reads the outputs, an argument and the float argument."""
+    from kernel_dsl.lowering.triton.cuda import make_cuda_op
+
+    op = make_cuda_op(many._ops, interpret=True, name="many_epilogue_interp")
+    x = torch.randn(6, 11)
+    r, a, *_, idx, xt = op(x, 0.25)
+    rows = x.sum(-1)
+    _close(r, rows.sum() / x.abs().sum(-1).sum() * 0.25 + x.mean())
+    _close(a, rows * 2)
+    assert torch.equal(idx, x.argmax(1)) and torch.equal(xt, x.T)
 
 
 def test_data_before_the_loop_says_what_to_pass() -> None:
