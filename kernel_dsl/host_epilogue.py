@@ -162,10 +162,8 @@ class Recorder:
                 ref, meta = self._ref(a, loc, name)
                 refs.append(ref)
                 return meta
-            if isinstance(a, RuntimeScalar):
+            if isinstance(a, RuntimeScalar):  # shapes and dtypes do not depend on its value
                 return True if a.is_bool else 1.0
-            if isinstance(a, torch.device) and a.type == "meta":
-                return a
             return a
 
         def template(a: Any) -> Any:
@@ -178,7 +176,7 @@ class Recorder:
             return a
 
         meta_args, meta_kwargs = tree_map(stand_in, (args, kwargs))
-        targs, tkwargs = tree_map(template, (args, kwargs))
+        targs, tkwargs = tree_map(template, (args, kwargs))  # the same leaf order: refs in turn
         writes = self._check_in_place(name, args, kwargs, loc)
         conv = conversion_name(func)
         if conv is not None and meta_args and isinstance(meta_args[0], torch.Tensor):
