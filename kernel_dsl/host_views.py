@@ -132,17 +132,6 @@ def _target(src: torch.Tensor, name: str, args: tuple[Any, ...], kwargs: dict[st
     return dtype, copy
 
 
-def epilogue_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Host code after the kernel on one of its outputs (`return losses.mean()`, `torch.sum(
-    loss) / n`): a tensor method whose other arguments are not tensors, recorded as one more
-    step of the output's chain and run on the buffer the backend wrote. In-place methods and
-    ones that leave torch (`.item()`) are not: the kernel returns tensors."""
-    tensors = [a for a in list(args[1:]) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
-    return (bool(args) and isinstance(args[0], torch.Tensor) and not tensors
-            and not name.endswith("_") and name not in ("item", "tolist", "numpy", "backward")
-            and callable(getattr(torch.Tensor, name, None)))
-
-
 def basic_index(idx: Any) -> bool:
     """`x[:, :-1]`, `x[0]`, `x[..., None]`: a host slice of ints, int-bounded slices, None and
     `...`, a view of the tensor (a tensor or tile index is device code)."""
@@ -188,12 +177,19 @@ class HostViews:
     inputs: tuple[tuple[int, tuple[Step, ...]], ...]
     returns: tuple[tuple[tuple[int, ...] | None, tuple[Step, ...]], ...]
     keep: tuple[int, ...] | None = None  # the argument inputs the kernel reads; None: all
+    # host code after the kernel (host_epilogue.Epilogue): it makes the returned tensors from the
+    # buffers and the argument inputs, in place of `returns`
+    after: Any = None
 
     def prologue(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         views = [apply(tensors[src], chain).contiguous() for src, chain in self.inputs]
         return (tensors if self.keep is None else [tensors[i] for i in self.keep]) + views
 
-    def epilogue(self, outs: Any) -> list[torch.Tensor]:
+    def epilogue(self, outs: Any, inputs: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """The returned tensors from the kernel's buffers `outs` (and the argument inputs, which
+        host code after the kernel may read)."""
+        if self.after is not None:
+            return self.after.run(list(outs), list(inputs or ()))
         res, seen = [], set()
         for o, (shape, chain) in zip(outs, self.returns):
             if id(o) in seen:  # `return out, out.T`: the op's outputs are fresh tensors, never
@@ -211,7 +207,7 @@ def wrap(host: HostViews | None, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def run(*tensors: torch.Tensor) -> list[torch.Tensor]:
         outs = fn(*host.prologue(list(tensors)))
-        return host.epilogue([outs] if isinstance(outs, torch.Tensor) else outs)
+        return host.epilogue([outs] if isinstance(outs, torch.Tensor) else outs, list(tensors))
 
     run.host_views = host  # type: ignore[attr-defined]
     run.inner = fn  # type: ignore[attr-defined]
@@ -419,9 +415,11 @@ class ViewTracker:
             return self.root(o)
         return self.tracer.param(o), ()
 
-    def host_views(self, returns: list[tuple[TensorParam, tuple[Step, ...]]]) -> HostViews | None:
-        rets = tuple((self.alloc_shape.get(id(p)), chain) for p, chain in returns)
-        if not self.input_views and all(s is None and not c for s, c in rets):
+    def host_views(self, returns: list[tuple[TensorParam, tuple[Step, ...]]],
+                   after: Any = None) -> HostViews | None:
+        rets = () if after is not None else tuple(
+            (self.alloc_shape.get(id(p)), chain) for p, chain in returns)
+        if not self.input_views and all(s is None and not c for s, c in rets) and after is None:
             return None
         # the kernel takes the argument inputs it reads, in their order, then the view inputs:
         # an argument read only through views is not passed (Pallas would copy it per step)
@@ -435,4 +433,4 @@ class ViewTracker:
         params[:] = ([p for p in params if id(p) not in views and (p.is_output or pos[id(p)] in keep)]
                      + [v for v, _, _ in self.input_views])
         return HostViews(tuple((pos[id(src)], chain) for _, src, chain in self.input_views), rets,
-                         None if len(keep) == len(args) else keep)
+                         None if len(keep) == len(args) else keep, after)

@@ -11,6 +11,7 @@ from . import (
     device_arange,
     device_if,
     dtypes,
+    host_epilogue,
     host_views,
     jagged,
     readback,
@@ -81,6 +82,9 @@ class TraceMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if self.tracer.grid_done and self.tracer.region is None and \
+                self._after_kernel(func, args, kwargs):  # host code after the grid loop
+            return self._epilogue().record(func, args, kwargs)
         if func is torch.Tensor.__getitem__:
             if (self.tracer.region is None and host_views.basic_index(args[1])
                     and self._views().tracked(args[0])):  # `x[:, :-1]` in host code: a view
@@ -108,13 +112,50 @@ class TraceMode(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name == "__get__" or name in _HOST_OK or func in _HOST_DTYPE_OK:
             return func(*args, **kwargs)
-        if self.tracer.grid_done and host_views.epilogue_call(name, args, kwargs) \
-                and self._views().tracked(args[0]) and self._views().root(args[0])[0].is_output:
-            return self._views().view(func, name, args, kwargs)  # `return losses.mean()`
+        if name == "item":  # jagged_softmax's `N = int(x_offsets[-1].item())`
+            raise KernelSyntaxError(
+                "`.item()` reads a tensor's value in host code before the kernel's loop",
+                user_loc(), "the kernel is traced once without data: compute the value before "
+                "the call and pass it as an int argument (a size that follows a tensor's shape "
+                "reads `.shape`: `x.shape[0]`)")
         raise KernelSyntaxError(
-            f"`{name or func}` computes on tensor data in host code", user_loc(),
-            "host code may only read shapes/dtypes and allocate outputs (torch.empty, "
-            "torch.zeros, *_like); compute on tiles inside a `kd.tile` loop")
+            f"`{name or func}` computes on tensor data in host code before the kernel's loop",
+            user_loc(), "host code before the `kd.tile` loop may only read shapes/dtypes, make "
+            "views and allocate outputs (torch.empty, torch.zeros, *_like): compute on tiles "
+            "inside the loop, or in torch before the call and pass the result in; host code "
+            "after the loop may compute on the outputs (`return out.sum()`)")
+
+    def _after_kernel(self, func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+        """Whether a torch call of host code after the grid loop is an epilogue node
+        (host_epilogue.py): not a metadata read, not device code, and not a view of an argument
+        or output (a host view chain, host_views.py) unless a conversion of an output."""
+        name = getattr(func, "__name__", "")
+        view = host_views.view_name(func)
+        if (name == "__get__" and view is None) or name in _HOST_OK or func in _HOST_DTYPE_OK:
+            return False
+        flat, _ = tree_flatten((args, kwargs))
+        if any(isinstance(a, Tile) or (isinstance(a, TileValue) and not runtime_scalars.has_runtime([a]))
+               for a in flat):
+            return False  # a tile value outside its loop: device code's own error
+        rec = self.tracer.epilogue
+        if rec is not None and any(rec.is_result(a) for a in flat):
+            return True
+        views = self._views()
+        if not (args and views.tracked(args[0])
+                and all(views.tracked(a) for a in flat if isinstance(a, torch.Tensor))):
+            return True
+        if func is torch.Tensor.__getitem__:
+            return not host_views.basic_index(args[1])
+        if view is not None or func is torch.broadcast_tensors:
+            return False
+        if host_views.conversion_name(func) is not None:
+            return views.root(args[0])[0].is_output
+        return True
+
+    def _epilogue(self) -> host_epilogue.Recorder:
+        if self.tracer.epilogue is None:
+            self.tracer.epilogue = host_epilogue.Recorder(self.tracer, self._views())
+        return self.tracer.epilogue
 
     # -- outputs -------------------------------------------------------------------------------
     def _alloc(self, func: Any, args: Any, kwargs: dict[str, Any]) -> torch.Tensor:

@@ -98,6 +98,7 @@ class Tracer:
         # set by kd.jagged_tile (jagged.py) for its loops: also fills lanes past a row's end
         self.jagged_fill: Any = None
         self.views: Any = None  # host_views.ViewTracker, made by the first host view
+        self.epilogue: Any = None  # host_epilogue.Recorder: torch calls after the grid loop
         # kd.register_tunable (tunables.py): the values to trace with, the fragments registered
         # and the values the trace took
         self.tunable_values: dict[str, Any] = {}
@@ -198,7 +199,11 @@ class Tracer:
         outs = returned if isinstance(returned, (tuple, list)) else (returned,)
         returns: list[TensorParam] = []
         chains: list[Any] = []  # per returned tensor: the host view of its buffer (host_views.py)
-        for o in outs:
+        after = None  # host code after the kernel (host_epilogue.py)
+        if self.epilogue is not None and self.epilogue.nodes:
+            returns, after = self.epilogue.finish(tuple(outs), loc)
+            chains = [()] * len(returns)
+        for o in outs if after is None else ():
             p, chain = (self.views.returned(o) if self.views is not None
                         else (self.param(o) if isinstance(o, torch.Tensor) else None, ()))
             chains.append(chain)
@@ -220,7 +225,8 @@ class Tracer:
                     f"loop `{t!r}` is bounded by values read from memory but indexes no tensor",
                     t.loc, "index a tensor with the tile: its axis bounds the loop's blocks")
         _eliminate_dead_code(self.body)
-        host = self.views.host_views(list(zip(returns, chains))) if self.views is not None else None
+        host = (self.views.host_views(list(zip(returns, chains)), after)
+                if self.views is not None else None)
         # the IR's name names generated functions and files: an ASCII identifier (names.py)
         return KernelIR(identifier(self.name), self.params, self.grid, self.body, self.block_syms,
                         self.tiles, returns, self.grid[0].loc, host, dict(self.tunables),

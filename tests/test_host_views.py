@@ -830,11 +830,12 @@ def test_gather_gemv_host_code(backend: str) -> None:
 
 def test_conversion_and_broadcast_errors_name_the_line() -> None:
     @kd.kernel
-    def to_output(x: torch.Tensor):
+    def to_output(x: torch.Tensor):  # before the grid loop: the kernel writes the allocation
         out = torch.empty_like(x)
+        o = out.to(torch.bfloat16)
         for t in kd.tile(x.shape[0]):
             out[t] = x[t]
-        return out.to(torch.bfloat16)
+        return o
 
     @kd.kernel
     def half_output(x: torch.Tensor):
@@ -884,7 +885,7 @@ def test_conversion_and_broadcast_errors_name_the_line() -> None:
         return out
 
     x = torch.randn(6)
-    cases = [(to_output, "converts output `out` to torch.bfloat16", "return out.to(torch.bfloat16)"),
+    cases = [(to_output, "converts output `out` to torch.bfloat16", "o = out.to(torch.bfloat16)"),
              (half_output, "converts output `out` to torch.float16", "o = out.view(-1).half()"),
              (to_device, "moves a kernel argument or output to device 'cpu'", 'xc = x.to("cpu")'),
              (to_device_kw, "to device 'cuda'", 'xc = x.to(device="cuda"'),
@@ -981,12 +982,13 @@ def test_an_epilogue_through_the_op_and_torch_compile(dynamo_reset: Any) -> None
 
 
 @pytest.mark.parametrize("body, words", [
-    ("return out + out2", "computes on tensor data"),  # two outputs: not one output's chain
-    ("out.add_(1)\n    return out", "computes on tensor data"),
-    ("return out.sum().item()", "computes on tensor data"),
-], ids=["two-outputs", "in-place", "item"])
-def test_epilogues_that_are_not_one_outputs_chain_are_refused(tmp_path: Any, body: str,
-                                                              words: str) -> None:
+    ("x.add_(1)\n    return out", "writes into a kernel argument"),
+    ("return out.sum().item()", r"`\.item\(\)` reads tensor values"),
+    ("return out if out.sum() > 0 else out2", "`if`/`and`/`or`/`bool\\(\\)` on a tensor"),
+], ids=["in-place-argument", "item", "if"])
+def test_epilogues_that_read_data_or_write_arguments_are_refused(tmp_path: Any, body: str,
+                                                                 words: str) -> None:
+    """Host code after the kernel (kernel_dsl/host_epilogue.py) is traced once, without data."""
     import importlib.util
 
     src = (
@@ -999,5 +1001,6 @@ def test_epilogues_that_are_not_one_outputs_chain_are_refused(tmp_path: Any, bod
     spec = importlib.util.spec_from_file_location("epi_mod", path)
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    with pytest.raises(KernelSyntaxError, match=words):
+    with pytest.raises(KernelSyntaxError, match=words) as e:
         mod.k(torch.randn(5))
+    assert "epi_mod.py:11:" in str(e.value) and e.value.hint, str(e.value)  # the user's line

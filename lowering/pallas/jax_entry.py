@@ -51,10 +51,11 @@ class JaxKernel:
             if ir.host is not None:  # torch views of arguments and outputs are not made for JAX
                 raise BackendError(
                     f"kernel `{self.kernel.name}` makes views of its arguments or outputs in host "
-                    "code (`x.view(...)`, `w.T`, `return out.view(...)`), which the JAX/TorchTPU "
-                    "route does not run yet", ir.loc,
-                    "apply those views to the arrays before and after the call, and index the "
-                    "kernel's own arguments and outputs")
+                    "code (`x.view(...)`, `w.T`, `return out.view(...)`) or computes on its "
+                    "outputs after the loop (`return out.sum()`), which the JAX/TorchTPU route "
+                    "does not run yet", ir.loc,
+                    "apply those views and that host code to the arrays before and after the "
+                    "call, and index and return the kernel's own arguments and outputs")
             fn = jax_function(gen, self.interpret)
             self._fns[key] = fn
         # a float argument is a runtime scalar: one more [1, 1] f32 input (runtime_scalars.py)

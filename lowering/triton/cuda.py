@@ -62,8 +62,8 @@ class CudaLauncher:
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         gen, fn, host = self.entry(args)
         meta = gen.meta
-        tensors = kernel_inputs(args, scalars=self.kernel.runtime_scalars)  # floats: [1, 1] f32
-        tensors = kernel_tensors(host, tensors)  # host views of the arguments (host_views.py)
+        inputs = kernel_inputs(args, scalars=self.kernel.runtime_scalars)  # floats: [1, 1] f32
+        tensors = kernel_tensors(host, inputs)  # host views of the arguments (host_views.py)
         device = tensors[0].device
         outs = [torch.empty(shape, dtype=dtypes.IR_TO_TORCH[dt], device=device) if init is None
                 else torch.full(shape, init, dtype=dtypes.IR_TO_TORCH[dt], device=device)
@@ -75,7 +75,8 @@ class CudaLauncher:
         else:
             launch(*tensors, *outs, num_warps=meta["num_warps"], num_stages=meta["num_stages"])
         returned = [outs[i] for i in meta["returns"]]
-        return returned if host is None else host.epilogue(returned)
+        # host views of the outputs, host code after the kernel (host_epilogue.py)
+        return returned if host is None else host.epilogue(returned, inputs)
 
 
 def _typed_body(ops: KernelOps, launcher: CudaLauncher) -> Callable[..., list[torch.Tensor]]:
