@@ -17,6 +17,7 @@ from . import (
     runtime_scalars,
     static_slices,
     tile_bounds,
+    widened,
 )
 from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v
 from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
@@ -224,7 +225,9 @@ class TraceMode(TorchFunctionMode):
         static_slices.check_no_gather_mix(p.name, index, loc)
         return tuple(index), tuple(shape)
 
-    def _getitem(self, t: Any, idx: Any) -> TileValue:
+    def _getitem(self, t: Any, idx: Any) -> Any:
+        if isinstance(idx, tuple) and any(widened.widened_slice(it) for it in idx):  # int4_gemm's A
+            return widened.load(self._getitem, self._views(), t, idx, self.tracer.region)
         p = self._param(t, "indexing")
         index, shape = self._index(p, idx, load=True)
         attrs: dict[str, Any] = {"tensor": p, "index": index}
