@@ -90,6 +90,8 @@ class TraceMode(TorchFunctionMode):
         if func is torch.Tensor.__setitem__:
             return self._setitem(args[0], args[1], args[2])
         flat, _ = tree_flatten((args, kwargs))
+        if any(isinstance(a, widened.Merged) for a in flat):  # int4_gemm's merged operands
+            return widened.torch_call(func, args, kwargs)
         if any(isinstance(a, (TileValue, Tile)) for a in flat):
             if runtime_scalars.has_runtime(flat):  # float arguments promote as Python floats
                 args, kwargs = runtime_scalars.weak_args(func, args, kwargs)

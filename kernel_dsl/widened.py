@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
+
 from .device_ops import Tile, TileValue, _emit, cast_v, dot
 from .errors import ShapeError
 from .ir import TileVar, Value, shape_str
@@ -100,6 +102,10 @@ class Merged:
         s = [repr(d) for d in self.parts[0].v.shape]
         s[self.axis] = f"{self.w.factor}*{s[self.axis]}"
         return tuple(s)
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return torch_call(func, args, kwargs or {})  # torch's argument parser asks this first
 
     def __matmul__(self, o: Any) -> TileValue:
         return merged_dot(self, o)
@@ -189,6 +195,14 @@ def load(getitem: Callable[[Any, Any], TileValue], views: Any, t: Any, idx: tupl
     rest = tuple(tile if a == axis else it for a, it in enumerate(idx))
     return Merged([getitem(v, (j,) + rest) for j in range(w.factor)], axis - sum(
         1 for it in idx[:axis] if isinstance(it, int)), w)
+
+
+def torch_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A torch function of a merged value: `torch.matmul(a, b)` / `a @ b`, else a ShapeError."""
+    if func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm) \
+            and len(args) == 2 and not kwargs:
+        return merged_dot(*args)
+    raise _only_dot(f"`{getattr(func, '__name__', func)}`")
 
 
 def merged_dot(a: Any, b: Any, acc: Any = None, out_dtype: Any = None) -> TileValue:

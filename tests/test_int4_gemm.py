@@ -149,6 +149,18 @@ def merged_plus_one(A: Tensor) -> Tensor:
     return C
 
 
+@kd.kernel
+def merged_exp(A: Tensor) -> Tensor:
+    M, K = A.shape
+    C = torch.empty(M, 1, dtype=A.dtype, device=A.device)
+    bk = kd.register_block_size(K // 2)
+    for tm in kd.tile(M):
+        for tk in kd.tile(K // 2, block_size=bk):
+            a = A[tm, tk.begin * 2 : tk.begin * 2 + tk.block_size * 2]
+            C[tm, 0] = torch.exp(a).sum(1)
+    return C
+
+
 def test_errors() -> None:
     with kd.backend("triton"):
         with pytest.raises(kd.ShapeError, match="(?s)2 \\* 23.*K even") as e:
@@ -156,6 +168,8 @@ def test_errors() -> None:
         assert "test_int4_gemm.py" in str(e.value)
         with pytest.raises(kd.ShapeError, match="may only be a matmul operand"):
             merged_plus_one(torch.randn(4, 8))
+        with pytest.raises(kd.ShapeError, match="(?s)`exp`.*may only be a matmul operand"):
+            merged_exp(torch.randn(4, 8))
 
 
 @pytest.mark.slow

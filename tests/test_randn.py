@@ -75,7 +75,7 @@ def test_reference_is_box_muller() -> None:
 def test_1d_every_seed(backend: str, n: int) -> None:
     x = torch.empty(n)
     with kd.backend(backend):
-        for seed in (SEEDS if n == 37 else SEEDS[:2]):
+        for seed in (SEEDS[1::2] if n == 37 else SEEDS[:1]):  # an int seed builds per value
             _agree(backend, randn_1d(x, seed), reference_randn([n], seed))
 
 
