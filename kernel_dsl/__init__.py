@@ -18,6 +18,7 @@ from .check import CheckEntry, CheckReport
 from .config import Config, ConfigSpace
 from .device_arange import arange
 from .device_load import load, store
+from .device_randn import randn
 from .device_random import rand, randint
 from .device_scans import associative_scan, cumprod, cumsum
 from .device_shapes import join, split
@@ -49,7 +50,7 @@ __all__ = [
     "ConfigError", "ConfigSpace", "ControlFlowError", "DTypeError", "Kernel", "KernelError",
     "KernelIR", "KernelSyntaxError", "LoopScopeError", "ShapeError", "UnsupportedOpError",
     "arange", "associative_scan", "backend", "block_size", "cumprod", "cumsum", "dot", "full",
-    "grid", "interpret_mode", "jagged_tile", "join", "kernel", "load", "print_ir", "rand", "randint",
+    "grid", "interpret_mode", "jagged_tile", "join", "kernel", "load", "print_ir", "rand", "randint", "randn",
     "register_block_size", "set_shape_buckets", "shape_buckets", "specialize", "split", "store",
     "tile", "tpu_kernel", "zeros",
     "__version__",

@@ -238,22 +238,20 @@ def randint(shape: Any, low: int, high: int, seed: Any, offset: Any = 0) -> Tile
     return r if low == 0 else binary("add", r, low)
 
 
-def _rand_like(x: Any, *, dtype: Any = None, **kwargs: Any) -> TileValue:
-    """`torch.rand_like(tile)`, as Helion gives it: a fresh stream at every call. Each call site
-    reads its own hidden seed input (`rng_seed_<i>`, int32[1]), which every call of the kernel
-    fills with `torch.randint(-2**31, 2**31 - 1, (1,), dtype=torch.int32)` from torch's default
-    generator (so `torch.manual_seed` makes calls repeatable), and gives
-    `kd.rand(x.shape, seed)`: `reference_rand(sizes, seed)` at the tile's positions."""
+def call_site_seed(x: Any, dtype: Any, kwargs: dict[str, Any], name: str) -> tuple[TileValue, TileValue, str]:
+    """The tile `x` and the output dtype of `torch.<name>(x, dtype=)` in device code, after
+    adding this call site's hidden seed input (`rng_seed_<i>`, int32[1]): its value, read as a
+    device scalar."""
     t = _as_tile(x)
     kwargs.pop("memory_format", None)
     if kwargs.pop("device", None) is not None or kwargs.pop("layout", None) is not None or \
             kwargs.pop("requires_grad", False) or kwargs:
-        raise KernelSyntaxError("`torch.rand_like` in device code takes `dtype=` only", user_loc(),
-                                "write `torch.rand_like(x)` or `torch.rand_like(x, dtype=...)`")
+        raise KernelSyntaxError(f"`torch.{name}` in device code takes `dtype=` only", user_loc(),
+                                f"write `torch.{name}(x)` or `torch.{name}(x, dtype=...)`")
     out_dt = _ir_dtype(dtype) if dtype is not None else t.v.dtype
     if not dtypes.is_float(out_dt):
-        raise DTypeError(f"`torch.rand_like` of a {out_dt} tile", user_loc(),
-                         "torch draws uniform floats only: pass `dtype=torch.float32`")
+        raise DTypeError(f"`torch.{name}` of a {out_dt} tile", user_loc(),
+                         "torch draws floats only: pass `dtype=torch.float32`")
     tr = current()
     assert tr is not None
     n = sum(1 for p in tr.params if p.rng_seed)
@@ -262,8 +260,17 @@ def _rand_like(x: Any, *, dtype: Any = None, **kwargs: Any) -> TileValue:
     param.rng_seed = True
     seed = TileValue(tr.emit("load", [], {"tensor": param, "index": (Index("int", value=0),)}, (),
                              "i32"))
-    r = rand(list(t.v.shape), seed)
-    return cast_v(r, out_dt)
+    return t, seed, out_dt
+
+
+def _rand_like(x: Any, *, dtype: Any = None, **kwargs: Any) -> TileValue:
+    """`torch.rand_like(tile)`, as Helion gives it: a fresh stream at every call. Each call site
+    reads its own hidden seed input (`rng_seed_<i>`, int32[1]), which every call of the kernel
+    fills with `torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32)` from torch's default
+    generator (so `torch.manual_seed` makes calls repeatable), and gives
+    `kd.rand(x.shape, seed)`: `reference_rand(sizes, seed)` at the tile's positions."""
+    t, seed, out_dt = call_site_seed(x, dtype, kwargs, "rand_like")
+    return cast_v(rand(list(t.v.shape), seed), out_dt)
 
 
 def fresh_seeds(ir: KernelIR) -> list[torch.Tensor]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import device_math
+from . import device_math, widened
 from . import torch_functions as tf
 from .device_ops import (
     METHODS,
@@ -46,9 +46,12 @@ def _dim(s: Any) -> Dim:
         return s.v.op.attrs["tile"]
     if isinstance(s, TileVar) or (isinstance(s, int) and not isinstance(s, bool) and s >= -1):
         return s
+    w = widened.widened(s)  # `tile.block_size * 2`: a tile merged with an int dim
+    if w is not None:
+        return w  # type: ignore[return-value]
     raise KernelSyntaxError(f"reshape entries are ints, -1, tiles or block sizes, got {s!r}",
-                            user_loc(), "write e.g. `x.reshape([tm, d // 2, 2])`; arithmetic on "
-                            "block sizes (`tile.block_size * 2`) is not supported")
+                            user_loc(), "write e.g. `x.reshape([tm, d // 2, 2])`; of arithmetic on "
+                            "block sizes only `c * tile.block_size` (a merge) is a shape entry")
 
 
 def _segments(shape: tuple[Dim, ...]) -> tuple[list[TileVar], list[list[int]]]:
@@ -69,6 +72,8 @@ def reshape(x: Any, *sizes: Any) -> TileValue:
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
         sizes = tuple(sizes[0])
     want = tuple(_dim(s) for s in sizes)
+    if any(isinstance(d, widened.Widened) for d in want):
+        return widened.merge(t, want)  # type: ignore[return-value]
     have = t.v.shape
     tiles_in, segs_in = _segments(have)
     tiles_out, segs_out = _segments(want)

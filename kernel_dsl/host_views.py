@@ -285,6 +285,12 @@ class ViewTracker:
         self.tracer._keep.append(out)
         return out
 
+    def device_view(self, src: torch.Tensor, step: Step, out: torch.Tensor, suffix: str = "") -> torch.Tensor:
+        """A view the tracer makes for device code (kernel_dsl/widened.py): recorded as host
+        code's are, so it becomes one more input, made at the call."""
+        root, _ = self.root(src)
+        return self._record(src, out, step, user_loc(), f"{root.name}_{suffix}" if suffix else "")
+
     def _in_host_code(self, what: str, loc: Any) -> None:
         if self.tracer.region is not None:
             raise KernelSyntaxError(

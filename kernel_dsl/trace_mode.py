@@ -18,6 +18,7 @@ from . import (
     runtime_scalars,
     static_slices,
     tile_bounds,
+    widened,
 )
 from .device_ops import Tile, TileValue, _as_tile, broadcast, cast_v
 from .errors import ArgumentError, DTypeError, KernelSyntaxError, ShapeError, UnsupportedOpError
@@ -93,6 +94,8 @@ class TraceMode(TorchFunctionMode):
         if func is torch.Tensor.__setitem__:
             return self._setitem(args[0], args[1], args[2])
         flat, _ = tree_flatten((args, kwargs))
+        if any(isinstance(a, widened.Merged) for a in flat):  # int4_gemm's merged operands
+            return widened.torch_call(func, args, kwargs)
         if any(isinstance(a, (TileValue, Tile)) for a in flat):
             if runtime_scalars.has_runtime(flat):  # float arguments promote as Python floats
                 args, kwargs = runtime_scalars.weak_args(func, args, kwargs)
@@ -265,7 +268,9 @@ class TraceMode(TorchFunctionMode):
         static_slices.check_no_gather_mix(p.name, index, loc)
         return tuple(index), tuple(shape)
 
-    def _getitem(self, t: Any, idx: Any) -> TileValue:
+    def _getitem(self, t: Any, idx: Any) -> Any:
+        if isinstance(idx, tuple) and any(widened.widened_slice(it) for it in idx):  # int4_gemm's A
+            return widened.load(self._getitem, self._views(), t, idx, self.tracer.region)
         p = self._param(t, "indexing")
         index, shape = self._index(p, idx, load=True)
         attrs: dict[str, Any] = {"tensor": p, "index": index}

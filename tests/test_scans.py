@@ -2,7 +2,7 @@
 rules), Helion's kd.cumsum/cumprod/associative_scan (reverse=, user combine functions), on every
 backend against torch: f32/bf16/int32/int8/uint8/bool, int32 overflow wrapping, ragged blocks
 (primes, size 1) under every config, any dim of 1-D to 3-D tiles; general combine functions of
-tuples of tiles (Helion's examples/segment_reduction.py port) on pallas and triton."""
+tuples of tiles (Helion's examples/segment_reduction.py port) on pallas, triton and nki."""
 from __future__ import annotations
 
 import pytest
@@ -232,7 +232,7 @@ def test_3d_tiles(backend: str) -> None:
         assert torch.equal(g, w.to(I32))
 
 
-# -- general combine functions (IR scan op="combine"): pallas and triton; NKI says why not ------
+# -- general combine functions (IR scan op="combine"): every backend ---------------------------
 def combine_fn_helion(
     left_values: torch.Tensor,
     left_indices: torch.Tensor,
@@ -279,14 +279,15 @@ def segmented_reduction_pytorch(indices: torch.Tensor, input_data: torch.Tensor,
 
 def test_helion_segment_reduction_port() -> None:
     """Runs on triton. Pallas refuses the kernel before the scan: `indices` is both an atomic's
-    scatter index (SMEM, lane by lane on TPU) and a vector load; NKI refuses the combine."""
+    scatter index (SMEM, lane by lane on TPU) and a vector load; NKI refuses the atomic's
+    scatter through an index tile (its scan: test_segment_reduction_scan_every_backend)."""
     backend = "triton"
     indices = torch.randint(0, 10, (53,)).sort()[0].to(I32)
     x = torch.randn(53, 7)
     want = segmented_reduction_pytorch(indices, x, 10)
     with kd.backend("pallas"), pytest.raises(kd.ConfigError, match="gather index and as a vector"):
         segmented_reduction_helion(indices, x, 10)
-    with kd.backend("nki"), pytest.raises(KernelError):
+    with kd.backend("nki"), pytest.raises(kd.ConfigError, match="scatter into `output`"):
         segmented_reduction_helion(indices, x, 10)
     with kd.backend(backend):
         torch.testing.assert_close(segmented_reduction_helion(indices, x, 10), want,
@@ -319,7 +320,44 @@ def _segment_ref(v: torch.Tensor, s: torch.Tensor, reverse: bool) -> torch.Tenso
     return out
 
 
-@pytest.mark.parametrize("backend", ("pallas", "triton"))
+@kd.kernel
+def segment_reduction_scan(
+    indices: torch.Tensor, input_data: torch.Tensor
+) -> torch.Tensor:
+    """Helion's segmented_reduction_helion up to its atomic: the same loop, loads, scan along the
+    tile's first dim and mask; `segment_vals` is stored densely (a pallas or nki scatter through
+    an index tile is refused: test_helion_segment_reduction_port) and scattered in torch."""
+    num_elements, num_features = input_data.shape
+    out = torch.empty_like(input_data)
+    for tile_e, tile_f in kd.tile([num_elements, num_features]):
+        vals = input_data[tile_e, tile_f]
+        idxs = indices[tile_e]
+        idxs_next = kd.load(
+            indices, [tile_e.index + 1], extra_mask=tile_e.index < num_elements - 1
+        )
+        tuple_in = (vals, idxs.float().unsqueeze(1).expand_as(vals))
+        out_vals, _ = kd.associative_scan(combine_fn_helion, tuple_in, dim=0)
+        mask = (idxs != idxs_next) | (
+            tile_e.index % tile_e.block_size == tile_e.block_size - 1
+        )
+        out[tile_e, tile_f] = torch.where(mask.unsqueeze(1), out_vals, 0.0)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_segment_reduction_scan_every_backend(backend: str) -> None:
+    for n, f in ((53, 7), (1, 3), (130, 1)):
+        indices = torch.randint(0, 10, (n,)).sort()[0].to(I32)
+        x = torch.randn(n, f)
+        want = segmented_reduction_pytorch(indices, x, 10)
+        space = list(segment_reduction_scan.configs(indices, x, backend=backend))
+        for cfg in space[:: max(1, len(space) // 4)]:
+            dense = segment_reduction_scan.run_cpu(backend, (indices, x), cfg)[0]
+            got = torch.zeros(10, f).index_add_(0, indices.long(), dense)
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_tuple_combines_every_config(backend: str) -> None:
     for n in (37, 1):
         x = torch.randn(n)
@@ -337,10 +375,51 @@ def _per_block_2(x: torch.Tensor, s: torch.Tensor, b: int, reverse: bool) -> tor
     return torch.cat([_segment_ref(x[i:i + b], s[i:i + b], reverse) for i in range(0, len(x), b)])
 
 
-def test_nki_refuses_general_combines() -> None:
-    x = torch.randn(16)
-    with kd.backend("nki"), pytest.raises(kd.BackendError, match="(?s)general combine.*NKI"):
-        segment_scans(x, x)
+@kd.kernel
+def int_segment_scans(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Integer and bool region values (an i32 compare, where, `|` of the reverse flag), 2-D tiles
+    scanned along their first dim (partitions on NKI: transposed first) and their second."""
+    outs = [torch.empty_like(x) for _ in range(2)]
+    for tm, tn in kd.tile(x.shape):
+        v, s = x[tm, tn], seg[tm, tn]
+        outs[0][tm, tn], _ = kd.associative_scan(combine_fn_helion, (v, s), 0, reverse=True)
+        outs[1][tm, tn], _ = kd.associative_scan(combine_fn_helion, (v, s), 1)
+    return tuple(outs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int8, torch.bfloat16], ids=str)
+def test_tuple_combines_dtypes(backend: str, dtype: torch.dtype) -> None:
+    x = torch.randint(-100, 100, (13, 21)).to(dtype)
+    seg = torch.randint(0, 3, (13, 21)).sort(0)[0].sort(1)[0].to(dtype)
+    space = list(int_segment_scans.configs(x, seg, backend=backend))
+    for cfg in space[:: max(1, len(space) // 3)]:
+        bm, bn = (min(b, s) for b, s in zip(cfg.block_sizes, x.shape))
+        got = int_segment_scans.run_cpu(backend, (x, seg), cfg)
+        xw, sw = x.float(), seg.float()
+        want0 = torch.stack([torch.cat([_segment_ref(xw[i:i + bm, j], sw[i:i + bm, j], True)
+                                        for i in range(0, 13, bm)]) for j in range(21)], 1)
+        want1 = torch.stack([torch.cat([_segment_ref(xw[i, j:j + bn], sw[i, j:j + bn], False)
+                                        for j in range(0, 21, bn)]) for i in range(13)])
+        for g, w in zip(got, (want0, want1)):  # int8 sums wrap as they would step by step
+            want = w.to(torch.int32).to(dtype) if not dtype.is_floating_point else w.to(dtype)
+            assert torch.equal(g, want), (cfg, g, want)
+
+
+@kd.kernel
+def mod_combine(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for t in kd.tile(x.shape[0]):
+        out[t] = kd.associative_scan(lambda a, b: (a + b) % 1000, x[t], 0)
+    return out
+
+
+def test_nki_refuses_combine_ops_without_a_slice_form() -> None:
+    x = torch.arange(16, dtype=I32) * 300
+    with kd.backend("triton"):
+        assert torch.equal(mod_combine(x), x.cumsum(0).remainder(1000).to(I32))
+    with kd.backend("nki"), pytest.raises(kd.BackendError, match="(?s)`mod` in a scan's combine.*NKI"):
+        mod_combine(x)
 
 
 @kd.kernel
@@ -352,7 +431,7 @@ def product_combine(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("backend", ("pallas", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_one_value_general_combine(backend: str) -> None:
     x = 0.1 * torch.randn(9, 29)
     with kd.backend(backend):
@@ -397,6 +476,19 @@ def test_the_real_tpu_compiler_accepts_scans() -> None:
              (combines, (torch.randn(64, 256).bfloat16().float(),)),
              (segment_scans, (torch.randn(1024), torch.randn(1024))),
              (scans_3d, (torch.randint(0, 5, (4, 16, 128), dtype=I32),)))
+    for k, args in cases:
+        report = k.check(*args, targets=TPU_TARGETS, measure_vmem=False)
+        assert all(e.status == "ok" for e in report.entries), report.table()
+
+
+@pytest.mark.slow
+def test_the_real_tpu_compiler_accepts_combine_ports() -> None:
+    """The segment reduction's scan along a 2-D tile's first dim (sublanes), integer tuple
+    combines with compares and where along both dims, and a several-op one-value combine."""
+    idx = torch.randint(0, 10, (256,)).sort()[0].to(I32)
+    cases = ((segment_reduction_scan, (idx, torch.randn(256, 128))),
+             (int_segment_scans, (torch.randint(0, 9, (64, 256), dtype=I32),) * 2),
+             (product_combine, (torch.randn(64, 256),)))
     for k, args in cases:
         report = k.check(*args, targets=TPU_TARGETS, measure_vmem=False)
         assert all(e.status == "ok" for e in report.entries), report.table()

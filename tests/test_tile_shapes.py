@@ -286,8 +286,10 @@ def _one(body):  # noqa: ANN001, ANN202
     (lambda v, tm, d: v.reshape([-1]), ShapeError, "tile dims must stay"),
     (lambda v, tm, d: v.reshape([tm, 3, -1]).reshape([tm, d]), ShapeError, "cannot be inferred"),
     (lambda v, tm, d: v.reshape([tm, d + 1]), ShapeError, "different numbers of elements"),
-    (lambda v, tm, d: v.reshape([tm, tm.block_size * 2]), KernelSyntaxError,
-     "arithmetic on block sizes"),
+    (lambda v, tm, d: v.reshape([tm, tm.block_size * 2]), ShapeError,  # a merge: widened.py
+     "merges a `tm` dim with the int dim 2 right after it"),
+    (lambda v, tm, d: v.reshape([tm, tm.block_size + 2]), KernelSyntaxError,
+     "only `c \\* tile.block_size`"),
     (lambda v, tm, d: torch.cat([v, v], 0), ShapeError, "a tile dim"),
     (lambda v, tm, d: torch.cat([v, v.sum(1)], 1), ShapeError, "same rank"),
     (lambda v, tm, d: torch.stack([v, v.sum(1, keepdim=True)], 1), ShapeError, "equal shapes"),

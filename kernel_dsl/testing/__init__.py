@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .case import Case, build_args, make_input, poison_outputs
 from .profiles import CI, LONG, Profile, active
-from .random import reference_rand, reference_randint, reference_random_bits
+from .random import reference_rand, reference_randint, reference_randn, reference_random_bits
 from .report import FuzzResult, ProgressBar
 from .search import DEFAULT_DTYPES, DEFAULT_VALUES, fuzz, replay
 from .signature import Signature, parse
@@ -27,5 +27,5 @@ __all__ = [
     "CI", "DEFAULT_DTYPES", "DEFAULT_VALUES", "LONG", "Case", "Comparison", "FuzzResult", "Profile",
     "ProgressBar", "Signature", "TOLERANCES", "Tolerance", "active", "build_args", "compare",
     "dim_pool", "fuzz", "load_object", "make_input", "parse", "poison_outputs",
-    "reference_rand", "reference_randint", "reference_random_bits", "replay",
+    "reference_rand", "reference_randint", "reference_randn", "reference_random_bits", "replay",
 ]

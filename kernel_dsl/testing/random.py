@@ -61,3 +61,56 @@ def reference_randint(shape: Sequence[int], low: int, high: int, seed: int, offs
     """Exactly the int32 values `kd.randint(shape, low, high, seed, offset)` gives."""
     bits = reference_random_bits(shape, seed, offset)
     return (low + (bits >> 1) % (high - low)).to(torch.int32)
+
+
+# the constants of kernel_dsl/device_randn.py, restated (f32-rounded where used)
+_LOG_Q = (1.0, -0.49999988079071045, 0.33333325386047363, -0.25001585483551025, 0.2000207155942917,
+          -0.16609126329421997, 0.14180079102516174, -0.13240842521190643, 0.129141703248024,
+          -0.07638592272996902)
+_COS_C = (1.0, -1 / 2, 1 / 24, -1 / 720, 1 / 40320, -1 / 3628800)
+_SIN_C = (1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800)
+
+
+def _horner(x: torch.Tensor, coeffs: Sequence[float]) -> torch.Tensor:
+    c = [torch.tensor(v, dtype=torch.float32) for v in coeffs]
+    acc = c[-1]
+    for v in c[-2::-1]:
+        acc = x * acc + v  # torch rounds the mul and the add separately (no fma on CPU)
+    return acc
+
+
+def reference_randn(shape: Sequence[int], seed: int, offset: Any = 0) -> torch.Tensor:
+    """Exactly the f32 values `kd.randn(shape, seed, offset)` gives: Box-Muller on the two
+    Threefry words of each counter, `sqrt(-2 ln u1) * cos(2 pi u2)` with u1 = ((x0 >>> 8) + 1)
+    * 2**-24 and the angle x1 / 2**32 turns, ln and cos as f32 polynomials (docs/ir.md)."""
+    seed = int(seed)
+    n = 1
+    for s in shape:
+        n *= int(s)
+    ctr = torch.arange(n, dtype=torch.int64).reshape(tuple(shape))
+    ctr = ctr + (offset.to(torch.int64) if isinstance(offset, torch.Tensor) else int(offset))
+    x0, x1 = threefry2x32((seed & _M, (seed >> 32) & _M), ctr & _M, (ctr >> 32) & _M)
+    f32 = torch.float32
+    # ln u1: v = (x0 >> 8) + 1 = m * 2**e, m in [sqrt(1/2), sqrt(2))
+    v = ((x0 >> 8) + 1).to(f32)
+    e = torch.floor(torch.log2(v.double())).to(torch.int64)  # exact: v is an integer <= 2**24
+    m = (v.double() / 2.0 ** e).to(f32)  # in [1, 2): exact
+    big = m >= torch.tensor(1.4142135381698608, dtype=f32)
+    m = torch.where(big, m * 0.5, m)
+    nn = (e - 24 + big.long()).to(f32)
+    r = m - 1.0
+    lnm = r * _horner(r, _LOG_Q)
+    ln_u1 = nn * 0.693145751953125 + (nn * torch.tensor(1.428606765330187e-06, dtype=f32) + lnm)
+    # f64 then f32 is correctly rounded (CPU torch.sqrt in f32 is sometimes 1 ulp off)
+    radius = torch.sqrt((ln_u1 * -2.0).double()).to(f32)
+    # cos(2 pi x1 / 2**32) from the quadrant x1 >> 30 and the offset from its centre
+    q = x1 >> 30
+    g = ((x1 >> 6) & ((1 << 24) - 1)) - (1 << 23)
+    step = torch.tensor(torch.pi, dtype=f32).double() * 2.0 ** -25
+    h = g.to(f32) * torch.tensor(float(step), dtype=f32)
+    h2 = h * h
+    cos_h, sin_h = _horner(h2, _COS_C), h * _horner(h2, _SIN_C)
+    sa = torch.where((q == 0) | (q == 3), 1.0, -1.0).to(f32)
+    sb = torch.where(q >= 2, 1.0, -1.0).to(f32)
+    w = (cos_h * sa + sin_h * sb) * torch.tensor(0.7071067811865476, dtype=f32)
+    return radius * w

@@ -187,9 +187,10 @@ class _Infer:
             o = self.rule(op)
             if o is None:
                 o = self.want.get(op.result.id)
-            if self.o.get(op.result.id) != o:
-                self.o[op.result.id] = o
-                changed = True
+            for res in (op.results if op.kind == "scan" else [op.result]):  # a tuple scan: one layout
+                if self.o.get(res.id) != o:
+                    self.o[res.id] = o
+                    changed = True
         return changed
 
     def loop(self, op: Op) -> bool:
@@ -302,7 +303,9 @@ class _Infer:
         if k in ("reduce", "scan"):
             assert x is not None
             pos = self.core(x).pos_of(op.attrs["axis"])
-            return [(x, orient_with(pos, False))] if pos is not None else []
+            if pos is None:
+                return []
+            return [(v, orient_with(pos, False)) for v in (op.operands if k == "scan" else [x])]
         if ro is None:
             return []
         if k in SAME_LAYOUT:

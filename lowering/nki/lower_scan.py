@@ -6,14 +6,15 @@ i + k < n) and copies the other lanes, for k = 1, 2, 4, ... < n, between two SBU
 2**24; `nisa.tensor_tensor` of int32 tiles runs on GpSimd's native 32-bit integer ALU (exact, and
 wrapping as torch's int32 does: see lower_elementwise.int_arith), and of f32 tiles on VectorE.
 The layout puts the scanned dim on the free axis (layout.py); a scan along the partitions is
-transposed first, as a reduction is.
+transposed first, as a reduction is. A general combine function (a region) runs the same steps
+with the region's ops on the shifted slices (scan_combine.py).
 """
 from __future__ import annotations
 
-from kernel_dsl.errors import BackendError
 from kernel_dsl.ir import Op
 
 from .layout import orient_with
+from .scan_combine import combine_scan, log_steps
 from .writer import Tile, Writer
 
 OPS = {"add": "nl.add", "mul": "nl.multiply", "max": "nl.maximum", "min": "nl.minimum",
@@ -22,11 +23,7 @@ OPS = {"add": "nl.add", "mul": "nl.multiply", "max": "nl.maximum", "min": "nl.mi
 
 def scan(w: Writer, op: Op) -> None:
     if op.attrs["op"] == "combine":
-        raise BackendError("a scan with a general combine function (several values, or more than "
-                           "one op) on the NKI backend", op.loc,
-                           "NKI's engines apply one ALU op per instruction to whole tiles: the "
-                           "NKI lowering scans with one of + * max min & | ^ (a combine of one "
-                           "such op); use the pallas or triton backend for this kernel")
+        return combine_scan(w, op)
     r, x = op.result, op.operands[0]
     xc = w.core(x)
     pos = xc.pos_of(op.attrs["axis"])
@@ -38,11 +35,7 @@ def scan(w: Writer, op: Op) -> None:
     res = w.new_result(r)
     assert res.phys == src.phys, (res.phys, src.phys)
     n = src.phys[1]
-    steps = []
-    k = 1
-    while k < n:
-        steps.append(k)
-        k *= 2
+    steps = log_steps(n)
     tmp = Tile(w.fresh(f"{res.name}_scan"), res.phys, res.dtype, res.dims)
     w.alloc(tmp.name, tmp.phys, tmp.dtype, dims=tmp.dims)
     cur = src.name

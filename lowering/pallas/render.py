@@ -301,6 +301,8 @@ class _KernelWriter:
             return self.combine_scan(op)
         elif k == "scan":
             expr = f"_scan({ins[0]}, {a['axis']}, {SCAN_OP[a['op']]}, {a['reverse']})"
+        elif k == "expand_dims" and r.dtype == "bool":  # Mosaic: "non-noop i1 reshape is unsupported"
+            expr = f"(jnp.expand_dims({ins[0]}.astype(jnp.int32), {a['axis']}) != 0)"
         elif k == "expand_dims":
             expr = f"jnp.expand_dims({ins[0]}, {a['axis']})"
         elif k == "transpose":
