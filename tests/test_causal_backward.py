@@ -171,3 +171,25 @@ def test_causal_backward_compiles_for_every_tpu() -> None:
     for kernel in (flash_attention_bwd_dkv, flash_attention_bwd_dq):
         r = kernel.check(q, k, k, q, lse, lse, qpos, *scalars, targets=targets, measure_vmem=False)
         assert r.ok, r.table()
+
+
+@pytest.mark.parametrize("backend", ["triton", "nki", pytest.param("pallas", marks=pytest.mark.slow)])
+def test_library_with_shape_buckets_and_more_queries_than_keys(backend: str) -> None:
+    """With shape buckets the rows' limits stop at the true Skv - 1 and the keys past it are
+    padding: causal calls with Sq > Skv then mask every block (skipping would take the padded
+    keys into the unmasked blocks below the diagonal); Sq <= Skv skips. Forward and backward
+    against torch."""
+    from kernel_dsl.kernels import flash_attention
+
+    for sq, skv in ((150, 20), (20, 37)):
+        torch.manual_seed(sq)
+        q = torch.randn(1, 2, sq, 16, requires_grad=True)
+        k, v = (torch.randn(1, 2, skv, 16, requires_grad=True) for _ in range(2))
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        gref = torch.autograd.grad(ref.sum(), (q, k, v))
+        with kd.shape_buckets("pow2"), kd.backend(backend):
+            out = flash_attention(q, k, v, causal=True)
+            grads = torch.autograd.grad(out.sum(), (q, k, v))
+        torch.testing.assert_close(out, ref, rtol=2e-5, atol=2e-5)
+        for a, b in zip(grads, gref):
+            torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4)
