@@ -61,20 +61,23 @@ def query_spans(tk: Any, rows: int, seq_q: int, offset: int, skv: int, block_q: 
     return spans
 
 
-def dkv_skips(rows: int, d: int, itemsize: int, device: str) -> bool:
+def dkv_skips(rows: int, d: int, itemsize: int, device: str, target: str | None = None) -> bool:
     """Whether dK/dV may skip query blocks. Its query loop then starts at a row known only
     where the kernel runs, so Pallas keeps the query side resident in VMEM: q and dO rows, plus
     lse, delta and qpos columns padded to 128 lanes, all double-buffered. Where that takes more
     than half the chip's VMEM (v4's 16 MiB at 8192 rows of d=128), no config fits. dK/dV then
     visits every query block, masked, as before block skipping; the forward and dQ still skip.
     `device`: "cuda" (Triton: no such limit), "tpu" (the TPU route's chip), or anything else
-    (CPU, meta: the call may be exported or checked for any TPU, so the smallest VMEM)."""
+    (CPU, meta: the call may be exported or checked for any TPU, so the smallest VMEM);
+    `target` (a TPU generation, e.g. "tpu-v6e") sizes for that chip instead."""
     if device == "cuda":
         return True
     from kernel_dsl.lowering.pallas.targets import TARGETS
 
     vmem = min(t.vmem_bytes for t in TARGETS.values())
-    if device == "tpu":
+    if target is not None:
+        vmem = TARGETS[target].vmem_bytes
+    elif device == "tpu":
         from kernel_dsl.tpu_adapter import route_target
 
         vmem = TARGETS[route_target()].vmem_bytes

@@ -157,17 +157,19 @@ def test_pallas_dkv_row_slices_start_at_block_multiples() -> None:
 
 
 @pytest.mark.slow
-def test_causal_backward_compiles_for_every_tpu() -> None:
+@pytest.mark.parametrize("seq_q", [1024, 1000])
+def test_causal_backward_compiles_for_every_tpu(seq_q: int) -> None:
     """dK/dV's diagonal and below-diagonal query loops (both starting at device block
     multiples) and dQ's split key loops, under each target's default config: folded GQA rows
-    (2 heads of 1024), a ragged key length, bottom-right alignment, bf16."""
+    (2 heads of `seq_q`; at 1000 the second head's loops begin off a block multiple, unmarked),
+    a ragged key length, bottom-right alignment, bf16."""
     targets = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
     bf = torch.bfloat16
-    q = torch.empty(4, 2048, 128, dtype=bf)
+    q = torch.empty(4, 2 * seq_q, 128, dtype=bf)
     k = torch.empty(4, 1100, 128, dtype=bf)
-    lse = torch.empty(4, 2048, 1)
-    qpos = torch.empty(2048, 1, dtype=torch.int32)
-    scalars = (128 ** -0.5, True, 76, 1024, True)
+    lse = torch.empty(4, 2 * seq_q, 1)
+    qpos = torch.empty(2 * seq_q, 1, dtype=torch.int32)
+    scalars = (128 ** -0.5, True, 1100 - seq_q, seq_q, True)
     for kernel in (flash_attention_bwd_dkv, flash_attention_bwd_dq):
         r = kernel.check(q, k, k, q, lse, lse, qpos, *scalars, targets=targets, measure_vmem=False)
         assert r.ok, r.table()
