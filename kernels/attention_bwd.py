@@ -39,7 +39,7 @@ def flash_attention_bwd_delta(o: torch.Tensor, do: torch.Tensor):
     return delta
 
 
-def query_spans(tk: Any, rows: int, seq_q: int, offset: int, skv: int, block_q: Any,
+def query_spans(tk: Any, rows: int, seq_q: int, offset: int, block_q: Any,
                 skip: bool) -> list[tuple[Any, Any, bool]]:
     """(begin, end, masked) query row ranges of key block `tk`. Without `skip`, all rows,
     masked (if causal). With it, per folded head, position p sees some key of the block from
@@ -100,7 +100,7 @@ def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d
         vb = v[tb, tk, :]
         dk_acc = kd.zeros([tb, tk, d], dtype=F32)
         dv_acc = kd.zeros([tb, tk, dv], dtype=F32)
-        for q_begin, q_end, masked in query_spans(tk, rows, seq_q, offset, skv, block_q, skip):
+        for q_begin, q_end, masked in query_spans(tk, rows, seq_q, offset, block_q, skip):
             for tq in kd.tile(q_begin, q_end, block_size=block_q):  # one loop per span
                 qb = q[tb, tq, :]
                 dob = do[tb, tq, :]
