@@ -116,8 +116,10 @@ class _Plan:
         self.qpos = _row_limits(g, sq, skv, self.sqb, causal, offset, device)
         self.causal, self.offset = True, 0
         # causal block skipping needs the diagonal in the build: bucketed, only the top-left
-        # one (offset 0) is the same for every length in the bucket
-        self.skip = causal and offset == 0
+        # one (offset 0) is the same for every length in the bucket, and only while every real
+        # row's limit is its position: with Sq > Skv the limits stop at Skv - 1, and the
+        # unmasked blocks below the diagonal would take the padded keys
+        self.skip = causal and offset == 0 and sq <= skv
 
     def scalars(self, sm_scale: float) -> tuple[float, bool, int, int, bool]:
         return float(sm_scale), bool(self.causal), int(self.offset), self.sqb, bool(self.skip)

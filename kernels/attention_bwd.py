@@ -7,9 +7,10 @@
    dS = P * (dO V^T - delta).
 3. `flash_attention_bwd_dq`: one grid point per query block; a loop over key blocks
    accumulates dQ += dS K.
-With `skip` (causal, the bound known at build time) the dK/dV loop visits only the query rows
-that can see the key block and the dQ loops only the key blocks at or below the diagonal, split
-as the forward's into unmasked blocks and masked diagonal blocks.
+With `skip` (causal, the bound known at build time) the dK/dV loops visit only the query rows
+that can see the key block, in two loops per folded head: the diagonal rows, masked, then the
+rows below them, which see the whole key block, unmasked; the dQ loops visit only the key blocks
+at or below the diagonal, split as the forward's into unmasked blocks and masked diagonal blocks.
 The forward's lse is -inf for rows that see no key: such rows get P = 0 (never NaN), so all
 their gradients are zero. Masked entries are zeroed after the exponential, for the same reason.
 """
@@ -38,31 +39,45 @@ def flash_attention_bwd_delta(o: torch.Tensor, do: torch.Tensor):
     return delta
 
 
-def query_spans(tk: Any, rows: int, seq_q: int, offset: int, skip: bool) -> list[tuple[Any, Any]]:
-    """The row ranges whose queries can see key block `tk`: with `skip`, per folded head, the
-    rows from the first position p with p + offset >= tk.begin (rounded down to 128 rows, which
-    keeps the TPU's row slices aligned); else all rows."""
+def query_spans(tk: Any, rows: int, seq_q: int, offset: int, block_q: Any,
+                skip: bool) -> list[tuple[Any, Any, bool]]:
+    """(begin, end, masked) query row ranges of key block `tk`. Without `skip`, all rows,
+    masked (if causal). With it, per folded head, position p sees some key of the block from
+    p = tk.begin - offset and every key from p = tk.end - 1 - offset: the diagonal rows
+    [first, mid) masked, the rows below [mid, seq_q) unmasked, the rows above never visited.
+    first and mid are rounded out to query blocks (down and up), so every loop starts at a
+    block multiple (the TPU compiler must prove its row slices aligned); they are capped at
+    seq_q rounded up to a block, which keeps that, and a begin at or past the end is an empty
+    loop."""
     if not skip:
-        return [(0, rows)]
-    first = (tk.begin - offset).clamp(min=0) // 128 * 128
-    return [(g * seq_q + first.clamp(max=seq_q), (g + 1) * seq_q)
-            for g in range(rows // seq_q)]
+        return [(0, rows, True)]
+    cap = (seq_q + block_q - 1) // block_q * block_q
+    first = ((tk.begin - offset).clamp(min=0) // block_q * block_q).clamp(max=cap)
+    mid = (((tk.end - 1 - offset).clamp(min=0) + block_q - 1) // block_q * block_q).clamp(max=cap)
+    spans = []
+    for g in range(rows // seq_q):
+        base = g * seq_q
+        spans += [(base + first, base + mid.clamp(max=seq_q), True), (base + mid, base + seq_q, False)]
+    return spans
 
 
-def dkv_skips(rows: int, d: int, itemsize: int, device: str) -> bool:
+def dkv_skips(rows: int, d: int, itemsize: int, device: str, target: str | None = None) -> bool:
     """Whether dK/dV may skip query blocks. Its query loop then starts at a row known only
     where the kernel runs, so Pallas keeps the query side resident in VMEM: q and dO rows, plus
     lse, delta and qpos columns padded to 128 lanes, all double-buffered. Where that takes more
     than half the chip's VMEM (v4's 16 MiB at 8192 rows of d=128), no config fits. dK/dV then
     visits every query block, masked, as before block skipping; the forward and dQ still skip.
     `device`: "cuda" (Triton: no such limit), "tpu" (the TPU route's chip), or anything else
-    (CPU, meta: the call may be exported or checked for any TPU, so the smallest VMEM)."""
+    (CPU, meta: the call may be exported or checked for any TPU, so the smallest VMEM);
+    `target` (a TPU generation, e.g. "tpu-v6e") sizes for that chip instead."""
     if device == "cuda":
         return True
     from kernel_dsl.lowering.pallas.targets import TARGETS
 
     vmem = min(t.vmem_bytes for t in TARGETS.values())
-    if device == "tpu":
+    if target is not None:
+        vmem = TARGETS[target].vmem_bytes
+    elif device == "tpu":
         from kernel_dsl.tpu_adapter import route_target
 
         vmem = TARGETS[route_target()].vmem_bytes
@@ -85,15 +100,15 @@ def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d
         vb = v[tb, tk, :]
         dk_acc = kd.zeros([tb, tk, d], dtype=F32)
         dv_acc = kd.zeros([tb, tk, dv], dtype=F32)
-        for q_begin, q_end in query_spans(tk, rows, seq_q, offset, skip):  # one loop per span
-            for tq in kd.tile(q_begin, q_end, block_size=block_q):
+        for q_begin, q_end, masked in query_spans(tk, rows, seq_q, offset, block_q, skip):
+            for tq in kd.tile(q_begin, q_end, block_size=block_q):  # one loop per span
                 qb = q[tb, tq, :]
                 dob = do[tb, tq, :]
                 lse_b = lse[tb, tq, :]
                 lse_b = torch.where(lse_b == NEG_INF, 0.0, lse_b)
                 s = (qb @ kb.transpose(-2, -1)).to(F32)
                 p = torch.exp(s * scale - lse_b)
-                if causal:
+                if causal and masked:
                     visible = tk.index[None, None, :] <= qpos[tq, :][None] + offset
                     p = torch.where(visible, p, 0.0)
                 dv_acc = dv_acc + p.to(do.dtype).transpose(-2, -1) @ dob

@@ -220,3 +220,36 @@ def test_missing_mask_shows_up_as_nan(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(nki_render.RULES, "pad_fill", no_mask)
     (bad,) = compile_for_torch(NKI.render(ir, cfg, "trn2"), ir, "interp")(x)
     assert torch.isnan(bad).any()
+
+
+@kd.kernel
+def _two_spans(q: torch.Tensor, k: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
+    """k @ q^T @ do in two query loops split at the key block's begin: the first runs no
+    iteration at the first key block, and both use the key block transposed."""
+    m, d = q.shape
+    out = torch.empty([k.shape[0], d], dtype=torch.float32)
+    for tk in kd.tile(k.shape[0]):
+        kb = k[tk, :]
+        acc = kd.zeros([tk, d], dtype=torch.float32)
+        split = tk.begin.clamp(max=m)
+        for tq in kd.tile(0, split):
+            acc = acc + (q[tq, :] @ kb.transpose(-2, -1)).transpose(-2, -1) @ do[tq, :]
+        for tq in kd.tile(split, m):
+            acc = acc + (q[tq, :] @ kb.transpose(-2, -1)).transpose(-2, -1) @ do[tq, :]
+        out[tk, :] = acc
+    return out
+
+
+@pytest.mark.parametrize("backend", ["nki", "pallas", "triton"])
+def test_a_conversion_in_a_loop_that_may_not_run_is_written_where_its_value_is(backend: str) -> None:
+    """A transpose of an outer value (`kb.transpose(...)` is a view of kb's tile) used in two
+    sibling loops is written once next to kb, not inside the first loop, which may run no
+    iteration (NKI once read an unbound `k_T` in the second loop then)."""
+    q, k, do = torch.randn(37, 16), torch.randn(21, 16), torch.randn(37, 16)
+    got = _two_spans.run_cpu(backend, (q, k, do), kd.Config([8, 8, 8]))[0]
+    torch.testing.assert_close(got, k @ q.T @ do, rtol=1e-4, atol=1e-4)
+    if backend == "nki":
+        src = _two_spans.source(q, k, do, backend="nki", config=kd.Config([8, 8, 8]))
+        first_loop = src.index("for i_tq in range(")
+        transpose = re.search(r"nisa\.nc_transpose\(dst=psum_t, data=(k_\d+)\)", src)
+        assert transpose and transpose.start() < first_loop, src

@@ -191,7 +191,11 @@ class Writer:
         c = self.core(v)
         self.tiles[(v.id, orient)] = Tile(tile.name, tile.phys, v.dtype,
                                           (c.part_dim(orient), c.free_dim(orient)), tile.version)
-        self.slots[v.id] = self.em.slot()
+        # conversions of `v` are conversions of `src`'s tile, cached by that tile: write them
+        # where `src` is defined, so a use in a later sibling loop never reads one emitted inside
+        # an earlier loop (which may run no iteration)
+        slot = self.slots.get(src.id)
+        self.slots[v.id] = slot if slot is not None else self.em.slot()
 
     def get(self, v: Value, orient: str) -> Tile:
         """`v`'s tile in `orient`, converting (once, next to `v`'s definition) if needed."""
