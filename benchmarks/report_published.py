@@ -206,6 +206,28 @@ def _published_checked(data: dict[str, Any]) -> list[str]:
             "and the measurements are the publishers'.", ""]
 
 
+def model_error(data: Any, target: str, kind: str | None = None) -> str:
+    """The calibrated model's measured error on `target`'s chip, from §8's comparison
+    (published_compare.json): large (>= 1 ms) published Pallas points within 10%, median and
+    worst absolute error; for kernel `kind` ("matmul", "attention") where that chip has such
+    points. What a modelled "% of peak" on that chip should be read with."""
+    if not data:
+        return "calibrated analytical model (no comparison saved)"
+    chip = target.replace("tpu-", "")
+    big = [r for r in data["rows"] if r["chip"] == chip and r["large"]
+           and r.get("implementation") == "pallas"]
+    if not big:
+        return "analytical (calibrated); no published point on this chip (v5p's constants)"
+    same = [r for r in big if kind and kind in r["kernel"]]
+    note = "" if same or not kind else f"no published {kind} point on {chip}; "
+    pts = same or big
+    errs = sorted(abs(r["ratio"] - 1) * 100 for r in pts)
+    kinds = sorted({r["kernel"].replace("_fwd", "").replace("_", " ") for r in pts})
+    return (f"analytical (calibrated); {note}{sum(e <= 10 for e in errs)} of {len(pts)} published "
+            f"{' / '.join(kinds)} points on {chip} within 10%, median {errs[len(errs) // 2]:.0f}%, "
+            f"worst {errs[-1]:.0f}%")
+
+
 def _cfg(c: dict[str, Any]) -> str:
     mode = c.get("loop_mode")
     return f"{c['block_sizes']}" + (f" {mode}" if mode else "")
