@@ -147,25 +147,29 @@ def section_offline(data: Any, pub: Any = None) -> list[str]:
            "library's causal attention skips those blocks (§9). After a cost-model change, "
            "`python benchmarks/offline_tpu.py --rescore` recomputes the modelled columns for "
            "the saved winners (tuning seconds and VMEM stay those of the tuning run).", "",
-           "Regenerated after the issue 17 calibration (`KD_CACHE_DIR=<empty dir> python "
-           "benchmarks/offline_tpu.py --budget 90`: a fresh tuning cache, so every winner is the "
-           "calibrated model's; ~25 min on this 2-core machine, shared: the tuning seconds below "
-           "include that contention) and `python benchmarks/shipped_configs.py` (the shipped "
-           "configs, which item 4 will retune, re-scored with the calibrated model). Against the "
-           "uncalibrated model's run: modelled times are 4-145% higher (v6e / TPU7x flash "
-           "attention and softmax most: exp work and step costs now count), and HBM-bound "
-           "kernels (layer_norm, softmax on older chips) now pick small row blocks: with "
-           "DMA-bound steps the step overhead hides under the DMA and small blocks shorten "
-           "pipeline fill and drain; the model has no per-DMA size efficiency to stop that. "
-           "Re-priced after the second calibration (Tokamax's layout transposes counted, §8) "
-           "with `python benchmarks/offline_tpu.py --rescore`: the winners and tuning seconds "
-           "are still the tuning run's (chosen with the first calibration's constants), the "
-           "modelled columns are the current model's.", ""]
+           "Issue 17 item 4: the Pallas space's minor and second-minor blocks now go to 4096 "
+           "(lowering/pallas/space.py; they went to 1024 / 512), as the published winners' do "
+           "(§8). The bf16 8192^3 matmul rows for v5e, v6e and TPU7x were re-tuned in it: "
+           "`KD_CACHE_DIR=<empty dir> python benchmarks/offline_tpu.py --budget 240 --top-k 1 "
+           "--timeout 600 --only \"matmul bf16 8192\" --targets tpu-v6e,tpu-v5e,tpu-v7x` (a "
+           "fresh tuning cache; one candidate compiled at a time: a 2048-block compile with its "
+           "VMEM search takes minutes on this shared 2-core machine, and the tuning seconds "
+           "include that contention). The other rows are still the winners of the run after the "
+           "calibration (`KD_CACHE_DIR=<empty dir> python benchmarks/offline_tpu.py --budget "
+           "90`, blocks capped at 512 / 1024, chosen with the first calibration's constants), "
+           "re-priced with `python benchmarks/offline_tpu.py --rescore` under the current "
+           "model; `python benchmarks/offline_tpu.py --budget 240 --top-k 1 --timeout 600` "
+           "re-tunes them all (hours on this machine).", ""]
     if data is None:
         return out + ["(no results saved)", ""]
     out += ["The model column: which model made a row's time and % of peak, and that model's "
             "measured error against the published real-TPU points of the same chip (§8; large "
-            "points, >= 1 ms; the same kernel kind where the chip has one).", "",
+            "points, >= 1 ms, modelled / measured; the same kernel kind where the chip has one). "
+            "`calibrated`: the calibrated analytical model (autotune/cost_model.py). No row is "
+            "priced by the schedule evaluator: on the published points it is no better "
+            "(docs/schedule_evaluator.md: the v5e guide matmuls 18 of 18 within 10% for both "
+            "with the per-DMA issue cost, six v5p flash points median 0.88 for both) and it has "
+            "no TensorCore clock for v6e and TPU7x.", "",
             "| kernel | target | tuned config | modelled us | % peak FLOP/s | % HBM BW | VMEM MiB | "
             "compiles | tuning s | model (error vs published, §8) |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -236,7 +240,15 @@ def section_shipped(data: Any, pub: Any = None) -> list[str]:
            "noise; stored with the config, re-measured by `python -m kernel_dsl.kernels.tune "
            "--refresh-vmem`, which fails if a config no longer compiles; `any`: the compiler "
            "accepts any limit for this kernel, seen for single-step grids on TPU7x). "
-           "Modelled figures are deterministic. JAX ships no Pallas TPU "
+           "Modelled figures are deterministic. Issue 17 item 4: the matmul_kernel entries of "
+           "v5e, v6e and TPU7x were re-tuned in the widened space (blocks to 4096) with "
+           "`python -m kernel_dsl.kernels.tune --no-causal --only matmul_kernel --target tpu-v6e "
+           "--target tpu-v7x --target tpu-v5e --budget 240 --top-k 1 --timeout 600` (merged "
+           "in); every other entry is still the earlier tuning's (the uncalibrated model, blocks "
+           "capped at 512 / 1024), re-priced here by the calibrated model. `python -m "
+           "kernel_dsl.kernels.tune --no-causal --budget 240 --top-k 1 --timeout 600` re-tunes "
+           "all non-causal entries, `... --causal-only` the block-skipping causal ones (rows "
+           "marked causal). JAX ships no Pallas TPU "
            "softmax or norm kernels to compare these with; attention and matmul are compared "
            "with JAX's kernels in the next table.", ""]
     if data is None:
@@ -254,7 +266,7 @@ def section_shipped(data: Any, pub: Any = None) -> list[str]:
     for (kernel, shape), by_target in sorted(cells.items()):
         out.append(f"| {kernel} | {shape} | " + " | ".join(by_target.get(t, "") for t in targets)
                    + " |")
-    out.append("| model (error vs published, §8) | | "
+    out.append("| model (its error vs published points, §8) | | "
                + " | ".join(model_error(pub, t) for t in targets) + " |")
     return out + [""]
 
