@@ -29,6 +29,7 @@ from kernel_dsl.config import Config
 from kernel_dsl.errors import KernelError
 from kernel_dsl.ir import KernelIR
 from kernel_dsl.lowering.pallas.targets import TpuTarget
+from kernel_dsl.lowering.pallas.vmem import fits_vmem
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
 
@@ -68,7 +69,7 @@ def _fits(ir: KernelIR, cfg: Config, target: TpuTarget) -> bool:
         gen = BACKEND.render(ir, cfg, target.name)
     except KernelError:
         return False
-    return BACKEND.estimate_vmem(gen) <= target.vmem_bytes
+    return fits_vmem(BACKEND.estimate_vmem(gen), target)
 
 
 _memo: dict[tuple[str, str, str], Config | None] = {}

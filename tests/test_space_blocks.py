@@ -16,6 +16,7 @@ from kernel_dsl.kernels import KERNELS
 from kernel_dsl.lowering.pallas import BACKEND
 from kernel_dsl.lowering.pallas.space import MAX_BLOCK
 from kernel_dsl.lowering.pallas.targets import TARGETS, TPU_TARGETS
+from kernel_dsl.lowering.pallas.vmem import fits_vmem
 
 E, BF, I32 = torch.empty, torch.bfloat16, torch.int32
 
@@ -40,7 +41,7 @@ def _fits(ir: Any, cfg: Config, target: str) -> int | None:
     except Exception:  # noqa: BLE001  (a config the lowering rejects is no candidate)
         return None
     est = BACKEND.estimate_vmem(gen)
-    return est if est <= TARGETS[target].vmem_bytes else None
+    return est if fits_vmem(est, TARGETS[target]) else None
 
 
 def test_the_space_holds_the_published_winners_blocks() -> None:
@@ -91,7 +92,10 @@ def _nearest_the_limit(kernel: Any, args: tuple[Any, ...], target: str) -> Confi
 def test_the_largest_configs_the_vmem_estimate_keeps_compile(target: str) -> None:
     """The pruning is sound where it matters most: for matmul and flash attention at large
     shapes, the kept config with the largest VMEM estimate compiles with libtpu's compile-only
-    target (at the limit generated kernels ask for: all of a TensorCore's VMEM)."""
+    target (at the limit generated kernels ask for: all of a TensorCore's VMEM). Without
+    PRUNE_HEADROOM it did not for flash attention (lowering/pallas/vmem.py: v6e [4, 4096, 1024]
+    grid estimated 124 MiB, "Used 146.23M of 127.94M vmem"; TPU7x [8, 512, 2048] grid 62 MiB,
+    "Used 66.86M of 63.94M")."""
     from kernel_dsl.lowering.pallas.check import Job, check
 
     jobs, labels = [], []
