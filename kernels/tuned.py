@@ -29,7 +29,6 @@ from kernel_dsl.config import Config
 from kernel_dsl.errors import KernelError
 from kernel_dsl.ir import KernelIR
 from kernel_dsl.lowering.pallas.targets import TpuTarget
-from kernel_dsl.lowering.pallas.vmem import fits_vmem
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "configs")
 
@@ -69,7 +68,7 @@ def _fits(ir: KernelIR, cfg: Config, target: TpuTarget) -> bool:
         gen = BACKEND.render(ir, cfg, target.name)
     except KernelError:
         return False
-    return fits_vmem(BACKEND.estimate_vmem(gen), target)
+    return BACKEND.estimate_vmem(gen) <= target.vmem_bytes
 
 
 _memo: dict[tuple[str, str, str], Config | None] = {}

@@ -46,6 +46,7 @@ def estimate_vmem(gen: Generated, target: TpuTarget | None) -> int:
 
 
 def fits_vmem(estimate: int, target: TpuTarget) -> bool:
-    """Whether a config with this VMEM estimate may be compiled for `target` (the autotuner's
-    pruning, and the shipped-config lookup for unseen shapes)."""
+    """Whether the autotuner may compile a config with this VMEM estimate for `target`. (The
+    shipped-config lookup, kernels/tuned.py, keeps the plain limit: its entries were compiled
+    at their own shapes.)"""
     return estimate <= target.vmem_bytes * (1 - PRUNE_HEADROOM)
