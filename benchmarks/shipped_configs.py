@@ -42,6 +42,7 @@ def rows() -> list[dict[str, Any]]:
             est = cost_model.estimate(kernel.ir(*entry_args(kernel, e)), config, tgt)
             bw = tgt.hbm_bytes_per_s / per_core(target)
             out.append({"kernel": e["kernel"], "shapes": e["shapes"], "dtypes": e["dtypes"],
+                        "causal": bool(e.get("dynamic_loops", False)),
                         "scalars": e["scalars"], "target": target, "config": e["config"],
                         "model_us": round(est.seconds * 1e6, 1),
                         "pct_peak": round(100 * est.utilization(tgt), 1),

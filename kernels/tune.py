@@ -3,6 +3,7 @@
     python -m kernel_dsl.kernels.tune --target tpu-v6e [--budget 40] [--only flash_attention_fwd]
     python -m kernel_dsl.kernels.tune --refresh-vmem [--target tpu-v6e]   # VMEM figures only
     python -m kernel_dsl.kernels.tune --causal-only [--target tpu-v6e]    # causal attention only
+    python -m kernel_dsl.kernels.tune --no-causal [--only matmul_kernel]   # all but causal attention
 
 For each library kernel at the common shapes below, `kernel.autotune(..., target=...)` (the
 "model" evaluator: the analytical cost model ranks the config space, the VMEM estimate prunes,
@@ -104,7 +105,8 @@ def entry_args(kernel: Any, entry: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def tune_target(target: str, budget: float, only: set[str] | None, log: Any,
-                causal_only: bool = False) -> list[dict[str, Any]]:
+                causal_only: bool = False, no_causal: bool = False, top_k: int = 4,
+                timeout: float = 120.0) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         cache = TuningCache(tmp, version=__version__)
@@ -113,14 +115,16 @@ def tune_target(target: str, budget: float, only: set[str] | None, log: Any,
                 continue
             kernel = KERNELS[name]
             ir = kernel.ir(*args)
-            if causal_only and not dynamic_loops(ir):
+            if (causal_only and not dynamic_loops(ir)) or (no_causal and dynamic_loops(ir)):
                 continue
             t0 = time.time()
-            res = kernel.autotune(*args, target=target, budget=budget, cache=cache, use_cache=False)
+            res = kernel.autotune(*args, target=target, budget=budget, cache=cache, use_cache=False,
+                                  top_k=top_k, timeout=timeout)
             best = res.best_candidate
             shapes = [list(p.shape) for p in ir.inputs]
             log(f"{target} {name} {shapes}: {res.best!r} "
-                f"({'-' if best is None else f'{best.seconds:.3g} s model'}, {time.time() - t0:.0f} s)")
+                f"({'-' if best is None else f'{best.seconds:.3g} s model'}, {time.time() - t0:.0f} s"
+                f"{f', skipped {res.failures()}' if res.failures() else ''})")
             if res.best is None or best is None:
                 continue
             entries.append({"kernel": name, "shapes": shapes, "dtypes": [p.dtype for p in ir.inputs],
@@ -204,6 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", help="tune only these kernels (repeatable)")
     ap.add_argument("--causal-only", action="store_true",
                     help="tune only the block-skipping causal attention problems (merged in)")
+    ap.add_argument("--no-causal", action="store_true",
+                    help="tune all but the block-skipping causal attention problems (merged in: "
+                         "the causal entries stay as they are)")
+    ap.add_argument("--top-k", type=int, default=4,
+                    help="candidates compiled per batch (each compile also measures its VMEM: "
+                         "several compiles; 1 where big-tile compiles are slow)")
+    ap.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds per candidate compile (VMEM search included)")
     ap.add_argument("--refresh-vmem", action="store_true",
                     help="re-measure the shipped configs' VMEM only (no tuning)")
     a = ap.parse_args(argv)
@@ -211,11 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         for target in a.target or SHIPPED_TARGETS:
             print(refresh_vmem(target, lambda msg: print(msg, file=sys.stderr, flush=True)))
         return 0
+    if a.causal_only and a.no_causal:
+        ap.error("--causal-only and --no-causal exclude each other")
     only = set(a.only) if a.only else None
     for target in a.target or SHIPPED_TARGETS:
         entries = tune_target(target, a.budget, only,
-                              lambda msg: print(msg, file=sys.stderr, flush=True), a.causal_only)
-        print(write(target, entries, a.budget, merge=only is not None or a.causal_only))
+                              lambda msg: print(msg, file=sys.stderr, flush=True), a.causal_only,
+                              a.no_causal, a.top_k, a.timeout)
+        print(write(target, entries, a.budget,
+                    merge=only is not None or a.causal_only or a.no_causal))
     return 0
 
 

@@ -1,4 +1,12 @@
-"""Pallas block-size candidates: the (8,128) block rule and dtype sublane tiling (notes/tpu.md §2)."""
+"""Pallas block-size candidates: the (8,128) block rule and dtype sublane tiling (notes/tpu.md §2).
+
+Blocks go up to 4096 on the minor and second-minor axes: the published real-TPU winners use
+2048-4096 blocks (Tokamax's flash-attention caches, benchmarks/published_winners.py), and the
+calibrated cost model prefers them too where 512-row tiles leave a kernel HBM-bound (bf16 matmul
+on v6e). Configs that cannot fit a target's VMEM are pruned by the autotuner's estimate
+(lowering/pallas/vmem.py) before any compile; lists stop at the dim's extent, so small problems
+keep small spaces.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -7,6 +15,8 @@ from kernel_dsl.config import Config, ConfigSpace, named_syms, positional_syms
 from kernel_dsl.ir import DTYPE_BITS, BlockSym, KernelIR
 
 from .plan import grid_mode_possible
+
+MAX_BLOCK = 4096  # the largest minor / second-minor block tried (see the module docstring)
 
 
 def _roles(ir: KernelIR, sym: BlockSym) -> tuple[set[str], int]:
@@ -40,9 +50,9 @@ def _candidates(ir: KernelIR, sym: BlockSym) -> list[int]:
     if "rank1" in roles:
         cands = [1024, 2048, 4096, 8192]
     elif "minor" in roles:
-        cands = [128, 256, 512, 1024]
+        cands = [128, 256, 512, 1024, 2048, MAX_BLOCK]
     elif "sublane" in roles:
-        cands = [c for c in (8, 16, 32, 64, 128, 256, 512) if c % sublane == 0]
+        cands = [c for c in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, MAX_BLOCK) if c % sublane == 0]
     else:
         cands = [1, 2, 4, 8]
     extent = max((t.extent for t in ir.tiles if t.block is sym), default=1)
