@@ -506,7 +506,8 @@ def test_gather_inside_a_loop_in_both_pallas_loop_modes() -> None:
                                    rtol=1e-5, atol=1e-5)
 
 
-def test_pallas_index_tensor_also_read_as_a_vector_is_a_clear_error() -> None:
+def test_pallas_index_tensor_also_read_as_a_vector_is_passed_twice() -> None:
+    """Blocked in VMEM for the vector read and whole in SMEM for the lane loop (plan.py twins)."""
     @kd.kernel
     def both(ids: torch.Tensor, emb: torch.Tensor):
         n, d = ids.shape[0], emb.shape[1]
@@ -521,7 +522,6 @@ def test_pallas_index_tensor_also_read_as_a_vector_is_a_clear_error() -> None:
     with kd.backend("triton"):
         a, b = both(ids, emb)
     assert torch.equal(a, emb[ids.long()]) and torch.equal(b, ids)
-    with kd.backend("pallas"), pytest.raises(ConfigError) as e:
-        both(ids, emb)
-    assert "read as a gather index and as a vector" in str(e.value)
-    assert "ids_out[tb] = ids[tb]" in str(e.value)
+    with kd.backend("pallas"):
+        a, b = both(ids, emb)
+    assert torch.equal(a, emb[ids.long()]) and torch.equal(b, ids)

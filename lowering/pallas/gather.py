@@ -176,18 +176,12 @@ def vector_read_inputs(ir: KernelIR) -> set[str]:
             if op.kind == "load" and op.result.rank and op.result.id not in lane_only}
 
 
-def check_smem(ir: KernelIR, smem: set[str], lane_only: set[int], smem_max: int,
-               twins: frozenset[str] = frozenset()) -> None:
+def check_smem(ir: KernelIR, smem: set[str], smem_max: int) -> None:
+    """Tensors whole in SMEM (`Plan.smem` and `Plan.twins`' copies) must be 32-bit and fit it."""
     for op in ir.body.walk():
-        if op.kind != "load" or op.attrs["tensor"].name not in smem | twins:
+        if op.kind != "load" or op.attrs["tensor"].name not in smem:
             continue
         p: TensorParam = op.attrs["tensor"]
-        if op.result.rank and op.result.id not in lane_only and p.name not in twins:
-            raise ConfigError(
-                f"`{p.name}` is read as a gather index and as a vector: on TPU an index tile is "
-                "read lane by lane from SMEM, which has no vector loads", op.loc,
-                f"pass the values a second time as another argument (`{p.name}.clone()`) for "
-                "the vector use, or use another backend")
         n = 1
         for d in p.shape:
             n *= d

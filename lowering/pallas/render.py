@@ -616,7 +616,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         tpu_shapes.check_lane_offsets(ir, plan, tgt.name)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     w.vmem_bytes = tgt.vmem_limit if tgt is not None else None  # onehot.py sizes tables by it
-    gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS, frozenset(plan.twins))
+    gather.check_smem(ir, plan.smem | plan.twins, SMEM_MAX_ELEMS)
     scratch: list[Scratch] = w.scratch
     ins, outs = ir.inputs, ir.outputs
     refs = [f"{p.name}_ref" for p in ins] + [f"{p.name}_sref" for p in twins_of(ir, plan)] + \
