@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import kernel_dsl as kd
-from kernel_dsl.errors import ConfigError
 from kernel_dsl.lowering.nki import forms
 
 
