@@ -11,7 +11,8 @@ example in a pytorch/helion git directory it:
    stays, so it fails with `NameError: helion`.
    The port is written to OUT/src/NAME.py, the stand-in for `helion._testing` to OUT/_harness.py.
 2. `_harness` gives DEVICE=cpu, HALF_DTYPE=float16, LONG_INT_TYPE=int64, `do_bench` (calls the
-   function once) and `run_example` (runs the first baseline once, then each kernel, and compares
+   function once) and `run_example` (runs the first baseline that runs on CPU once (a raw
+   `@triton.jit` baseline raises there: the next one is taken), then each kernel, and compares
    with `torch.testing.assert_close`, rtol 1e-2 / atol 1e-1 unless the example gives its own;
    for each kernel it records ok, mismatch or the first line of the error).
 3. runs one subprocess per example (`--jobs` at a time, each with OMP_NUM_THREADS = cores // jobs
@@ -135,8 +136,14 @@ def run_example(kernel_fn, baseline_fn, args, kernel_name=None, baseline_name="t
         kernels = kernel_fn
     else:
         kernels = {_kernel_label(kernel_fn, kernel_name): kernel_fn}
-    baseline = next(iter(baseline_fn.values())) if isinstance(baseline_fn, dict) else baseline_fn
-    expected = _as_tensors(baseline(*args))
+    baselines = list(baseline_fn.values()) if isinstance(baseline_fn, dict) else [baseline_fn]
+    for i, baseline in enumerate(baselines):  # a raw Triton baseline cannot run on CPU: the next
+        try:
+            expected = _as_tensors(baseline(*args))
+            break
+        except Exception:
+            if i == len(baselines) - 1:
+                raise
     for name, fn in kernels.items():
         RESULTS.append(_check_kernel(name, fn, args, expected, rtol, atol))
     return {}

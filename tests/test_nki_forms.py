@@ -85,6 +85,17 @@ def _newer_cases() -> Iterator[tuple[str, Any, tuple[Any, ...], str]]:
     for name, k in composite.items():
         yield f"composite_{name}", k, (E(37, 300, dtype=BF16),), "trn2"
     try:
+        import test_segment_atomics as tsa
+    except ImportError:
+        tsa = None
+    if tsa is not None:  # atomics through index tiles: a read-modify-write per lane
+        ids = E(70, dtype=torch.int32)
+        yield "seg_rows", tsa.seg_rows, (E(70, 130), ids, 3), "trn2"
+        yield "seg_add_bf16", tsa.seg_add, (E(70, 9, dtype=BF16), ids, 3), "trn2"
+        yield "hist_max", tsa.hist_max, (E(70), ids, 3), "trn2"
+        yield "segment_reduction", tsa.segmented_reduction_helion, (E(50, dtype=torch.int64),
+                                                                    E(50, 9), 13), "trn2"
+    try:
         import test_positional_ops as tp
     except ImportError:
         return

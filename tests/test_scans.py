@@ -277,18 +277,14 @@ def segmented_reduction_pytorch(indices: torch.Tensor, input_data: torch.Tensor,
     return out.scatter_add_(0, indices.long().unsqueeze(1).expand(-1, input_data.size(1)), input_data)
 
 
-def test_helion_segment_reduction_port() -> None:
-    """Runs on triton. Pallas refuses the kernel before the scan: `indices` is both an atomic's
-    scatter index (SMEM, lane by lane on TPU) and a vector load; NKI refuses the atomic's
-    scatter through an index tile (its scan: test_segment_reduction_scan_every_backend)."""
-    backend = "triton"
+@pytest.mark.parametrize("backend", ["pallas", "triton", "nki"])
+def test_helion_segment_reduction_port(backend: str) -> None:
+    """Runs on every backend: Pallas passes `indices` twice (a vector load and the atomic's
+    scatter index, SMEM lane by lane), NKI's atomic through the index tile is a read-modify-write
+    per lane (more: tests/test_segment_atomics.py)."""
     indices = torch.randint(0, 10, (53,)).sort()[0].to(I32)
     x = torch.randn(53, 7)
     want = segmented_reduction_pytorch(indices, x, 10)
-    with kd.backend("pallas"), pytest.raises(kd.ConfigError, match="gather index and as a vector"):
-        segmented_reduction_helion(indices, x, 10)
-    with kd.backend("nki"), pytest.raises(kd.ConfigError, match="scatter into `output`"):
-        segmented_reduction_helion(indices, x, 10)
     with kd.backend(backend):
         torch.testing.assert_close(segmented_reduction_helion(indices, x, 10), want,
                                    atol=1e-4, rtol=1e-4)

@@ -181,7 +181,9 @@ def _position_scalar(op: Op) -> bool:
 
 def _rule(op: Op) -> Callable[[_Builder, Op], None] | None:
     if op.kind == "store" and op.attrs.get("atomic"):
-        return _atomic
+        # through an index tile: a read-modify-write per lane (atomic_scatter.py), not a block's
+        index_tile = any(ix.kind == "gather" for ix in op.attrs["index"])
+        return None if index_tile else _atomic
     return RULES.get(op.kind)
 
 

@@ -19,8 +19,9 @@ over the columns, unrolled at trace time).
 An index outside `[0, size)` in an in-range lane (the user's bug, docs/ir.md; for a rank-N index
 also a masked lane past a row's end) is skipped with `oob_mode=nisa.oob_mode.skip`: a gather
 reads 0 there (the tile is memset to 0 first), a scatter writes nothing, like the shifted blocks
-of shifted.py. Atomics through an index tile stay a ConfigError (render.py), as do blocks whose
-layout does not put the index's dims on (partitions, free).
+of shifted.py. Atomics through a 1-D index tile are a read-modify-write per lane
+(atomic_scatter.py); blocks whose layout does not put the index's dims on (partitions, free) are
+a ConfigError.
 """
 from __future__ import annotations
 
@@ -60,9 +61,11 @@ class Gather:
         return self.index.shape[max(self.index.rank - 2, 0)]
 
 
-def gather_of(op: Op) -> Gather | None:
-    """The gather of a load or non-atomic store with one index tile (not a shifted block)."""
-    if op.kind not in ("load", "store") or op.attrs.get("atomic") or shift_of(op) is not None:
+def gather_of(op: Op, atomic: bool = False) -> Gather | None:
+    """The gather of a load or non-atomic store with one index tile (not a shifted block); with
+    `atomic`, also of an atomic (atomic_scatter.py)."""
+    if op.kind not in ("load", "store") or (op.attrs.get("atomic") and not atomic) \
+            or shift_of(op) is not None:
         return None
     index: tuple[Index, ...] = op.attrs["index"]
     gathers = [a for a, ix in enumerate(index) if ix.kind == "gather"]
@@ -88,12 +91,13 @@ def _scaled(e: str, s: int) -> str:
     return e if s == 1 else f"({e}) * {s}"
 
 
-def indirect_view(w: Writer, op: Op, g: Gather, idx: str) -> str:
+def indirect_view(w: Writer, op: Op, g: Gather, idx: str, rows: str | None = None) -> str:
     """`p.ap(pattern=..., offset=..., vector_offset=idx, indirect_dim=axis)` for the block (for
-    a rank-N index: for one column of it, an element per partition)."""
+    a rank-N index: for one column of it, an element per partition; `rows` partitions instead
+    of the index's count: one for an atomic's lane)."""
     p: TensorParam = op.attrs["tensor"]
     st = strides(p)
-    pairs = [f"[{st[g.axis]}, {_count(w, g.part_dim)}]"]
+    pairs = [f"[{st[g.axis]}, {rows or _count(w, g.part_dim)}]"]
     offset: list[str] = []
     for k, ix in enumerate(op.attrs["index"]):
         if k == g.axis:

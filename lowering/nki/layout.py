@@ -283,7 +283,7 @@ class _Infer:
 
     def wants(self, op: Op) -> list[tuple[Value, str]]:
         k = op.kind
-        g = gather_of(op)
+        g = gather_of(op, atomic=True)
         if g is not None:  # the index as an SBUF column (n, 1): one index per partition
             out = [(g.index, index_orient(self.core(g.index), g))]
             if k == "store":

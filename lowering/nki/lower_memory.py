@@ -13,6 +13,7 @@ from kernel_dsl.errors import ConfigError
 from kernel_dsl.ir import FLOAT_DTYPES as FLOATS
 from kernel_dsl.ir import Index, Op, TensorParam, TileVar
 
+from . import atomic_scatter
 from . import gather as gt
 from .layout import orient_with
 from .names import BYTES, NL_DTYPE, lit, shape
@@ -259,7 +260,10 @@ class RowBlocks:
 
 
 def store(w: Writer, op: Op) -> None:
-    g = gt.gather_of(op)
+    g = gt.gather_of(op, atomic=True)
+    if g is not None and op.attrs.get("atomic"):  # left by expand.py: a RMW per lane
+        atomic_scatter.render(w, op, g)
+        return
     if g is not None:
         scatter(w, op, g)
         return

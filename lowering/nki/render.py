@@ -13,7 +13,15 @@ from kernel_dsl.errors import BackendError, ConfigError
 from kernel_dsl.ir import KernelIR
 
 from .. import Generated
-from . import lower_elementwise, lower_matmul, lower_memory, lower_reduce, lower_scan, lower_shapes
+from . import (
+    atomic_scatter,
+    lower_elementwise,
+    lower_matmul,
+    lower_memory,
+    lower_reduce,
+    lower_scan,
+    lower_shapes,
+)
 from .emitter import Emitter
 from .expand import expand
 from .gather import gather_of
@@ -48,25 +56,23 @@ def check_no_gather(ir: KernelIR) -> None:
     """Gathers and scatters the NKI lowering takes: `t.index + c` (shifted.py: the tile's block
     shifted by `c`, an ordinary DMA) and one index tile (gather.py: per-partition indirect DMA,
     `.ap(vector_offset=)`, a row per partition, or an element per partition and column for a
-    rank-N index). Atomics through an index tile are refused here."""
+    rank-N index); atomics through a 1-D index tile (atomic_scatter.py: a read-modify-write per
+    lane)."""
     for op in ir.body.walk():
         if op.kind in ("load", "store") and any(ix.kind == "gather" for ix in op.attrs["index"]):
-            if shift_of(op) is not None or gather_of(op) is not None:
+            g = gather_of(op, atomic=True)
+            if g is not None and op.attrs.get("atomic"):
+                atomic_scatter.check(op, g)
+                continue
+            if shift_of(op) is not None or g is not None:
                 continue
             what = "gather from" if op.kind == "load" else "scatter into"
             rank = max(ix.scalar.rank for ix in op.attrs["index"] if ix.kind == "gather")
-            if op.attrs.get("atomic"):
-                why = ("an atomic update through an index tile would be a read-modify-write "
-                       "DMA (dma_compute with vector_offset), which NKI documents for unique "
-                       "indices only (duplicates, the point of an atomic, are 'not yet "
-                       "supported')")
-            else:
-                why = "NKI's indirect DMA takes one index tile per access"
             raise ConfigError(
                 f"the NKI lowering cannot {what} `{op.attrs['tensor'].name}` through "
-                f"{'an index tile' if rank == 1 else f'a rank-{rank} index tile'}: {why}",
-                op.loc, "scatter with a plain store and accumulate in PyTorch around the kernel "
-                "(`out.index_add_(0, ids, v)`), or use the pallas or triton backend")
+                f"{'an index tile' if rank == 1 else f'a rank-{rank} index tile'}: NKI's "
+                "indirect DMA takes one index tile per access", op.loc,
+                "index one axis with an index tile, or use the pallas or triton backend")
 
 
 def check_dtypes(ir: KernelIR, tgt: Target) -> None:

@@ -37,6 +37,11 @@ def index_map(plan: Plan, axes: list[AxisPlan], nargs: int) -> str:
     return f"lambda {', '.join(params)}: {tup(parts)}"
 
 
+def twins_of(ir: KernelIR, plan: Plan) -> list[Any]:
+    """The inputs passed a second time, whole in SMEM (`Plan.twins`), in argument order."""
+    return [p for p in ir.inputs if p.name in plan.twins]
+
+
 def pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
                  vmem_limit: bool) -> list[str]:
     """The host-side wrapper: grid, BlockSpecs, scratch and compiler parameters."""
@@ -62,6 +67,8 @@ def pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
     if vmem_limit:
         params += ", vmem_limit_bytes=VMEM_LIMIT_BYTES"
     args = ", ".join(p.name for p in ins)
+    twins = twins_of(ir, plan)  # index tensors also read as vectors: again, whole in SMEM
+    call_args = ", ".join([p.name for p in ins] + [p.name for p in twins])
     order = [outs.index(p) for p in ir.returns]  # pallas_call gives allocation order
     in_order = order == list(range(len(outs)))
     return [
@@ -71,6 +78,7 @@ def pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
         f"        grid={tup(plan.grid)},",
         "        in_specs=[",
         *[f"            {spec(p)},  # {p.name}" for p in ins],
+        *[f"            pl.BlockSpec(memory_space=pltpu.SMEM),  # {p.name} (lane reads)" for p in twins],
         "        ],",
         "        out_specs=[",
         *[f"            {spec(p)},  # {p.name}" for p in outs],
@@ -83,7 +91,7 @@ def pallas_call(ir: KernelIR, plan: Plan, scratch: list[Scratch],
         "        ],",
         f"        compiler_params=pltpu.CompilerParams({params}),",
         "        interpret=interpret,",
-        f"    )({args})",
+        f"    )({call_args})",
         *([] if in_order else [f"    return {tup(f'outs[{i}]' for i in order)}"]),
         "",
     ]

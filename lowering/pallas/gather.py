@@ -166,17 +166,22 @@ def lane_only_values(ir: KernelIR) -> set[int]:
     return only
 
 
-def check_smem(ir: KernelIR, smem: set[str], lane_only: set[int], smem_max: int) -> None:
+def vector_read_inputs(ir: KernelIR) -> set[str]:
+    """Inputs some load reads as a vector (a value also used by vector code, not only by the
+    lane loops of gathers): an index tensor among them is passed twice (`Plan.twins`), as
+    Helion's segment_reduction reads its segment ids both as the scatter's index and in its
+    scan (`indices[tile_e]`)."""
+    lane_only = lane_only_values(ir)
+    return {op.attrs["tensor"].name for op in ir.body.walk()
+            if op.kind == "load" and op.result.rank and op.result.id not in lane_only}
+
+
+def check_smem(ir: KernelIR, smem: set[str], smem_max: int) -> None:
+    """Tensors whole in SMEM (`Plan.smem` and `Plan.twins`' copies) must be 32-bit and fit it."""
     for op in ir.body.walk():
         if op.kind != "load" or op.attrs["tensor"].name not in smem:
             continue
         p: TensorParam = op.attrs["tensor"]
-        if op.result.rank and op.result.id not in lane_only:
-            raise ConfigError(
-                f"`{p.name}` is read as a gather index and as a vector: on TPU an index tile is "
-                "read lane by lane from SMEM, which has no vector loads", op.loc,
-                f"pass the values a second time as another argument (`{p.name}.clone()`) for "
-                "the vector use, or use another backend")
         n = 1
         for d in p.shape:
             n *= d
@@ -212,7 +217,8 @@ def lane_expr(w: "_KernelWriter", v: Value, lane: str) -> str:
                 parts.append(w.n(ix.scalar))  # type: ignore[arg-type]
             else:
                 parts.append(str(ix.value))
-        return f"{p.name}_ref[{', '.join(parts)}]"
+        ref = f"{p.name}_sref" if p.name in w.plan.twins else f"{p.name}_ref"  # SMEM copy
+        return f"{ref}[{', '.join(parts)}]"
     xs = [lane_expr(w, x, lane) for x in op.operands]
     if k == "cast":
         return f"{xs[0]}.astype({JNP[a['dtype']]})"

@@ -18,7 +18,7 @@ from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, TileVar
 from kernel_dsl.tile_bounds import end_max, multiple_of
 
 from .bounds import can_phase
-from .gather import packed_rows, scatter_rows, shared_outputs, smem_index_inputs
+from .gather import packed_rows, scatter_rows, shared_outputs, smem_index_inputs, vector_read_inputs
 from .onehot import WINDOW
 
 
@@ -51,6 +51,9 @@ class Plan:
     axes: dict[str, list[AxisPlan]]  # param name -> per-axis plan
     grid: tuple[int, ...]
     smem: set[str] = field(default_factory=set)  # inputs read only as scalars: whole, in SMEM
+    # inputs read as gather indices lane by lane and also as vectors: passed twice, blocked in
+    # VMEM as usual and whole in SMEM (`{name}_sref`) for the lane loop
+    twins: set[str] = field(default_factory=set)
     # outputs updated by atomics or scatters: whole blocks resident across the grid, every grid
     # axis "arbitrary" (gather.py)
     shared: set[str] = field(default_factory=set)
@@ -213,11 +216,13 @@ def make_plan(ir: KernelIR, config_blocks: dict[int, int], loop_mode: str) -> Pl
         grid += (sum(ph.steps for ph in phases),)
     smem = {p.name for p in ir.inputs if _scalar_reads_only(p, acc[p.name])}
     inputs = {p.name for p in ir.inputs}
-    smem |= smem_index_inputs(ir) & inputs  # index tiles of gathers are read lane by lane
+    lane = smem_index_inputs(ir) & inputs  # index tiles of gathers are read lane by lane
+    twins = lane & vector_read_inputs(ir)
+    smem |= lane - twins
     for name in smem:
         p = next(q for q in ir.params if q.name == name)
         axes[name] = [AxisPlan("resident", n) for n in p.shape]
-    return Plan(config_blocks, list(ir.grid), phases, axes, grid, smem, shared)
+    return Plan(config_blocks, list(ir.grid), phases, axes, grid, smem, shared=shared, twins=twins)
 
 
 def _scalar_reads_only(p: TensorParam, uses: list[tuple[Index, ...]]) -> bool:

@@ -8,7 +8,7 @@ from kernel_dsl.tile_bounds import multiple_of
 
 from .. import Generated
 from . import bounds, gather, onehot, tpu_shapes
-from .call import Scratch, pallas_call
+from .call import Scratch, pallas_call, twins_of
 from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, covers, plan_for
 from .syntax import JNP, lit, tup
 from .targets import tpu_target
@@ -616,10 +616,11 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         tpu_shapes.check_lane_offsets(ir, plan, tgt.name)
     w = _KernelWriter(ir, plan, em, nan_fixup=tgt is None)
     w.vmem_bytes = tgt.vmem_limit if tgt is not None else None  # onehot.py sizes tables by it
-    gather.check_smem(ir, plan.smem, w.lane_only, SMEM_MAX_ELEMS)
+    gather.check_smem(ir, plan.smem | plan.twins, SMEM_MAX_ELEMS)
     scratch: list[Scratch] = w.scratch
     ins, outs = ir.inputs, ir.outputs
-    refs = [f"{p.name}_ref" for p in ins + outs]
+    refs = [f"{p.name}_ref" for p in ins] + [f"{p.name}_sref" for p in twins_of(ir, plan)] + \
+        [f"{p.name}_ref" for p in outs]
     body = _Emitter()
     w.em = body
     body.indent = 1

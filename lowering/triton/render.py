@@ -17,7 +17,7 @@ import torch
 from kernel_dsl import tile_bounds
 from kernel_dsl.config import Config, block_values, is_ragged
 from kernel_dsl.dtypes import IR_TO_TORCH
-from kernel_dsl.errors import BackendError, ConfigError
+from kernel_dsl.errors import BackendError, ConfigError, UnsupportedOpError
 from kernel_dsl.ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
 
 from .. import Generated
@@ -215,6 +215,8 @@ class _KernelWriter:
             new = f"{old} + {v}" if at == "add" else f"tl.{at}imum({old}, {v})"
             self.em.line(f"tl.store({ptr}, {cast(new, 'f32', 'bf16', True, self.helpers)}{m})", op)
             return
+        if at and self.cpu and op.operands[0].dtype == "bf16":
+            return self._bf16_lane_loop(op, ptr, mask)
         if at:  # kd.atomic_*: every lane's update lands, duplicates included
             self.em.line(f"tl.atomic_{at}({ptr}, {self.n(op.operands[0])}{m}, "
                          f"sem={op.attrs['sem']!r})", op)
@@ -222,6 +224,38 @@ class _KernelWriter:
         self.em.line(f"tl.store({ptr}, {self.n(op.operands[0])}{m})", op)
         if any(op is o for o in self.ir.body.ops) and self._stores_read_back_op(op):
             self.em.line("tl.debug_barrier()  # later loops read back what this stored")
+
+    def _bf16_lane_loop(self, op: Op, ptr: str, mask: str | None) -> None:
+        """A bf16 atomic through an index tile in Triton's interpreter (no bf16 atomics): one
+        read-modify-write per lane of the index, in lane order, so duplicates accumulate."""
+        index = op.attrs["index"]
+        rank = sum(ix.scalar.rank if ix.kind == "gather" else 1  # type: ignore[union-attr]
+                   for ix in index if ix.kind not in ("int", "dyn"))
+        pos = 0
+        for ix in index:
+            if ix.kind == "gather":
+                break
+            pos += ix.kind not in ("int", "dyn")
+        g = next(ix.scalar for ix in index if ix.kind == "gather")
+        assert g is not None
+        if g.rank != 1:
+            raise UnsupportedOpError(
+                f"Triton's interpreter has no bf16 atomics: a bf16 kd.atomic_{op.attrs['atomic']} "
+                f"through a rank-{g.rank} index tile does not run on CPU", op.loc,
+                "use a float32 target on CPU, or run on a GPU")
+        lanes = self.lay.lanes(g.shape[0])
+        at = op.attrs["atomic"]
+        em = self.em
+        em.line(f"for lane in tl.static_range({lanes}):  # interpreter: no bf16 atomics; a "
+                "read-modify-write per index lane, in order", op)
+        em.indent += 1
+        one = expand(f"(tl.arange(0, {lanes}) == lane)", pos, rank)
+        m = f"({mask}) & {one}" if mask else one
+        old = f"tl.load({ptr}, mask={m}, other=0).to(tl.float32)"
+        v = f"{self.n(op.operands[0])}.to(tl.float32)"
+        new = f"{old} + {v}" if at == "add" else f"tl.{at}imum({old}, {v})"
+        em.line(f"tl.store({ptr}, {cast(new, 'f32', 'bf16', True, self.helpers)}, mask={m})")
+        em.indent -= 1
 
     # -- ops -----------------------------------------------------------------------------------
     def op(self, op: Op) -> None:
