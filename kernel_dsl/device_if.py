@@ -304,14 +304,13 @@ class _Rewriter(ast.NodeTransformer):
         if self.depth == 0:  # host code: Python's own `if`
             self.generic_visit(node)
             return node
-        self.changed = True
-        node.test = _BoolOps().visit(node.test)
+        self.changed = True  # min/max first: the `and`/`or` operands become lambdas, not visited
+        node.test = _BoolOps().visit(self.visit(node.test))
         if _leaves(node.body) or _leaves(node.orelse):
             self.generic_visit(node)
             node.test = ast.copy_location(ast.Call(ast.Name("__kd_host_test", ast.Load()),
                                                    [node.test], []), node.test)
             return node
-        node.test = self.visit(node.test)
         body, orelse = self._stmts(node.body), self._stmts(node.orelse)
         names = sorted(_assigned(node.body) | _assigned(node.orelse))
         self.count += 1
