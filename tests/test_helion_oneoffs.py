@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import kernel_dsl as kd
-from kernel_dsl.errors import ControlFlowError, UnsupportedOpError
+from kernel_dsl.errors import BackendError, ControlFlowError, UnsupportedOpError
 
 BACKENDS = ("pallas", "triton", "nki")
 TARGETS = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
@@ -269,13 +270,53 @@ def _tpu_cases() -> dict[str, tuple[Any, tuple[Any, ...]]]:
                                    0.1)),
             "bmm_out_dtype": (bmm_out_dtype, (torch.randn(3, 37, 16).to(bf16),
                                               torch.randn(3, 19, 16).to(bf16),
-                                              torch.randn(3, 37, 19)))}
+                                              torch.randn(3, 37, 19))),
+            "rank3_transpose": (heads_first, (torch.randn(37, 2, 16), torch.randn(19, 2, 16)))}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["moe", "min_max", "float_if", "bmm_out_dtype"])
+@pytest.mark.parametrize("case", ["moe", "min_max", "float_if", "bmm_out_dtype", "rank3_transpose"])
 def test_the_tpu_compiler_accepts_them(case: str) -> None:
     """Mosaic (libtpu, compile-only) on the five TPU targets."""
     k, args = _tpu_cases()[case]
     report = k.check(*args, targets=TARGETS, measure_vmem=False)
     assert [e.status for e in report.entries] == ["ok"] * len(TARGETS), report
+
+
+# -- jagged_hstu_attn_2: rank-3 transpose(0, 1), bmm, F.silu (torch passes inplace=False) ----------
+@kd.kernel
+def heads_first(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    L, H, D = q.shape
+    out = torch.empty([L, H, k.shape[0]], dtype=torch.float32, device=q.device)
+    for tile_q in kd.tile(L):
+        q_blk = q[tile_q, :, :].transpose(0, 1)  # [H, tile_q, D], as the example writes it
+        k_blk = k[:, :, :].transpose(0, 1)
+        s = F.silu(torch.bmm(q_blk, k_blk.transpose(-2, -1)))
+        out[tile_q, :, :] = s.transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rank3_transpose_and_silu(backend: str) -> None:
+    q, k = torch.randn(37, 2, 16), torch.randn(19, 2, 16)
+    ref = F.silu(torch.einsum("qhd,khd->qhk", q, k))
+    if backend == "nki":  # the NKI layout puts a value's last two dims on (partitions, free)
+        with pytest.raises(BackendError, match="must be 1") as e, kd.backend(backend):
+            heads_first(q, k)
+        assert e.value.loc is not None and e.value.loc.file == __file__
+        return
+    with kd.backend(backend):
+        torch.testing.assert_close(heads_first(q, k), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_silu_inplace_is_refused_at_the_line() -> None:
+    @kd.kernel
+    def silu_inplace(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        for t in kd.tile(x.shape[0]):
+            out[t] = F.silu(x[t], inplace=True)
+        return out
+
+    with pytest.raises(UnsupportedOpError, match="inplace") as e:
+        silu_inplace.ir(torch.randn(8))
+    assert e.value.loc is not None and e.value.loc.file == __file__
