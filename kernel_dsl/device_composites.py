@@ -25,7 +25,7 @@ from .device_ops import (
     unary,
     where,
 )
-from .errors import DTypeError, ShapeError
+from .errors import DTypeError
 from .ir import TileVar
 from .tracing import user_loc
 
@@ -86,8 +86,9 @@ def logaddexp(a: Any, b: Any) -> TileValue:
 
 
 def squeeze(x: Any, dim: Any = None) -> TileValue:
-    """Drops unit dims (all of them, or those of `dim`). A tile dim is never squeezed: its size
-    is the block size, which the config picks."""
+    """Drops unit dims (all of them, or those of `dim`); torch leaves a dim of another size as it
+    is. A tile dim always stays, for every config: Helion traces a block size as a size not known
+    to be 1, so torch's squeeze keeps it (moe_matmul_ogs's `idx.squeeze(0)` of a [tile] index)."""
     t = _as_tile(x)
     shape = t.v.shape
     if dim is None:
@@ -96,17 +97,21 @@ def squeeze(x: Any, dim: Any = None) -> TileValue:
         axes = [_axis(t, d) for d in ([dim] if isinstance(dim, int) else dim)]
     for a in sorted(set(axes), reverse=True):
         n = t.v.shape[a]
-        if isinstance(n, TileVar):
-            raise ShapeError(f"squeeze({a}) of a tile dim: its size is the block size", user_loc(),
-                             "index the tensor with a scalar instead, or keep the dim")
-        if n == 1:  # torch leaves dims of other sizes alone; a max over one lane is the lane
+        if not isinstance(n, TileVar) and n == 1:  # a max over one lane is the lane
             t = reduce("max", t, a, False)
     return t
 
 
-def addmm(acc: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> TileValue:
-    """`beta * acc + alpha * (a @ b)`: torch.addmm and torch.baddbmm (batched operands)."""
-    prod = dot(a, b)
+def mm(a: Any, b: Any, out_dtype: Any = None) -> TileValue:
+    """torch.mm / torch.bmm, with torch's optional out_dtype (the product's dtype)."""
+    return dot(a, b, out_dtype=out_dtype)
+
+
+def addmm(acc: Any, a: Any, b: Any, out_dtype: Any = None, *, beta: Any = 1,
+          alpha: Any = 1) -> TileValue:
+    """`beta * acc + alpha * (a @ b)`: torch.addmm and torch.baddbmm (batched operands); the
+    product in `out_dtype` where given."""
+    prod = dot(a, b, out_dtype=out_dtype)
     if alpha != 1:
         prod = binary("mul", prod, alpha)
     if beta == 0:  # torch ignores acc then (NaN in it does not propagate)

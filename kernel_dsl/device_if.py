@@ -9,7 +9,8 @@ both branches under a predicate (no new IR op): stores in a branch become
 `where(pred, value, current contents)`, atomics add their identity where the branch is not
 taken, loads at device scalars read index 0 there (so they never fault), and each name either
 branch assigns leaves as `where(cond, then, else)`. `if c: ...; continue` at the top of a grid
-body makes the rest of the body the else branch.
+body makes the rest of the body the else branch. Inside the loops, `and`/`or`/`not` in an `if`
+test and the builtins `min`/`max` become the device-aware calls of kernel_dsl/device_builtins.py.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import math
 import textwrap
 from typing import Any, Callable
 
+from . import device_builtins as db
 from .errors import ControlFlowError
 from .tracing import current, user_loc
 
@@ -78,14 +80,7 @@ def predicate() -> Any:
     return preds[-1] if preds else None
 
 
-def _device_test(test: Any) -> Any:
-    """The rank-0 bool device condition of an `if` test, or None for a host test."""
-    from .device_ops import TileValue
-    if not isinstance(test, TileValue):
-        return None
-    if test.v.shape:
-        test.__bool__()  # a vector condition: the existing "use torch.where" error
-    return test if test.v.dtype == "bool" else test != 0
+_device_test = db.device_cond  # the rank-0 bool device condition of an `if` test, or None
 
 
 def host_test(test: Any) -> bool:
@@ -176,7 +171,8 @@ def rewritten(fn: Callable[..., Any]) -> Callable[..., Any]:
     ns: dict[str, Any] = {}
     exec(factory_code, fn.__globals__, ns)
     cells = [c.cell_contents for c in (fn.__closure__ or ())]
-    new = ns["__kd_factory"](device_if, host_test, UNDEF, *cells)
+    new = ns["__kd_factory"](device_if, host_test, UNDEF, db.bool_and, db.bool_or, db.bool_not,
+                             db.minmax, *cells)
     new.__defaults__ = fn.__defaults__
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__wrapped__ = fn
@@ -199,7 +195,8 @@ def _compile(fn: Callable[..., Any]) -> Any:
     if not rw.changed:
         return None
     fdef.decorator_list = []
-    params = ["__kd_if", "__kd_host_test", "__kd_undef", *fn.__code__.co_freevars]
+    params = ["__kd_if", "__kd_host_test", "__kd_undef", "__kd_and", "__kd_or", "__kd_not",
+              "__kd_minmax", *fn.__code__.co_freevars]
     factory = ast.FunctionDef(
         name="__kd_factory",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in params], kwonlyargs=[],
@@ -295,11 +292,20 @@ class _Rewriter(ast.NodeTransformer):
             out.extend(r if isinstance(r, list) else [r])
         return out
 
+    def visit_Call(self, node: ast.Call) -> Any:
+        self.generic_visit(node)
+        if self.depth and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
+            self.changed = True  # `min(a, b)` -> `__kd_minmax(min, a, b)`: the name still resolves
+            node.args = [ast.Name(node.func.id, ast.Load()), *node.args]
+            node.func = ast.Name("__kd_minmax", ast.Load())
+        return node
+
     def visit_If(self, node: ast.If) -> Any:
         if self.depth == 0:  # host code: Python's own `if`
             self.generic_visit(node)
             return node
-        self.changed = True
+        self.changed = True  # min/max first: the `and`/`or` operands become lambdas, not visited
+        node.test = _BoolOps().visit(self.visit(node.test))
         if _leaves(node.body) or _leaves(node.orelse):
             self.generic_visit(node)
             node.test = ast.copy_location(ast.Call(ast.Name("__kd_host_test", ast.Load()),
@@ -338,6 +344,24 @@ class _Rewriter(ast.NodeTransformer):
                 if not hasattr(sub, "lineno") or sub in (node.test,):
                     ast.copy_location(sub, node)
         return out
+
+
+class _BoolOps(ast.NodeTransformer):
+    """`a and b` -> `__kd_and(lambda: a, lambda: b)` (the short circuit stays), `not a` ->
+    `__kd_not(a)`, in the test of an `if` in device code."""
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> Any:
+        self.generic_visit(node)
+        thunks = [ast.Lambda(ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                           defaults=[]), v) for v in node.values]
+        fn = "__kd_and" if isinstance(node.op, ast.And) else "__kd_or"
+        return ast.copy_location(ast.Call(ast.Name(fn, ast.Load()), thunks, []), node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.Not):
+            return node
+        return ast.copy_location(ast.Call(ast.Name("__kd_not", ast.Load()), [node.operand], []), node)
 
 
 def _continue_to_else(stmts: list[ast.stmt]) -> list[ast.stmt]:

@@ -290,10 +290,10 @@ def _as_tile(x: Any) -> TileValue:
     if isinstance(x, torch.Tensor):
         raise KernelSyntaxError("a whole tensor is used in device code", user_loc(),
                                 "load a tile from it first: `x[tm, tn]`")
-    if isinstance(x, torch.dtype):  # e.g. torch.bmm(a, b, torch.float32): an out_dtype argument
+    if isinstance(x, torch.dtype):  # e.g. a dtype in an operand's place
         raise KernelSyntaxError(f"the dtype {x} is passed where device code expects a tile",
-                                user_loc(), "dtype arguments of matmuls (out_dtype) are not "
-                                "supported; cast the result instead: `torch.bmm(a, b).to(dtype)`")
+                                user_loc(), "a dtype goes in `dtype=`/`out_dtype=` (torch.bmm(a, "
+                                "b, torch.float32) takes it third) or in `.to(dtype)`")
     raise KernelSyntaxError(f"{type(x).__name__} value cannot be used in device code", user_loc(),
                             SUPPORTED_HINT)
 

@@ -47,6 +47,17 @@ def _unary(kind: str) -> Callable[..., TileValue]:
     return lambda x: unary(kind, x)
 
 
+def _not_inplace(fn: Callable[[Any], TileValue]) -> Callable[..., TileValue]:
+    """F.relu / F.silu take `inplace=`: a tile value is never updated in place."""
+    def h(x: Any, inplace: bool = False) -> TileValue:
+        if inplace:
+            raise UnsupportedOpError("`inplace=True` in device code", user_loc(),
+                                     "tile values are not updated in place: assign the result "
+                                     "(`y = F.silu(x)`)")
+        return fn(x)
+    return h
+
+
 def _binary(kind: str) -> Callable[..., TileValue]:
     return lambda a, b: binary(kind, a, b)
 
@@ -78,10 +89,12 @@ HANDLERS: dict[Any, Callable[..., Any]] = {
     torch.sqrt: _unary("sqrt"), torch.rsqrt: _unary("rsqrt"), torch.tanh: _unary("tanh"),
     torch.sigmoid: _unary("sigmoid"), torch.abs: _unary("abs"), torch.neg: _unary("neg"),
     torch.relu: _unary("relu"), torch.sin: _unary("sin"), torch.cos: _unary("cos"),
-    torch.erf: _unary("erf"), F.relu: _unary("relu"),
-    F.silu: lambda x: binary("mul", x, unary("sigmoid", x)),
+    torch.erf: _unary("erf"), F.relu: _not_inplace(_unary("relu")),
+    F.silu: _not_inplace(lambda x: binary("mul", x, unary("sigmoid", x))),
     torch.where: where, torch.clamp: lambda x, min=None, max=None: clamp(x, min, max),
-    torch.matmul: dot, torch.mm: dot, torch.bmm: dot,
+    # torch.mm/bmm/addmm/baddbmm take an out_dtype (3rd/4th positional, xsa's `torch.bmm(q, k,
+    # torch.float32)`): the product's dtype, as `kd.dot(..., out_dtype=)`
+    torch.matmul: dot, torch.mm: dc.mm, torch.bmm: dc.mm,
     torch.addmm: dc.addmm, torch.baddbmm: dc.addmm,
     torch.softmax: dc.softmax, torch.log_softmax: dc.log_softmax,
     F.softmax: lambda x, dim=None, _stacklevel=3, dtype=None: dc.softmax(x, dim, dtype),

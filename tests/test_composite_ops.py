@@ -105,12 +105,12 @@ def test_baddbmm_and_addmm_with_beta_and_alpha(backend: str) -> None:
     torch.testing.assert_close(got2, ref2, equal_nan=True, atol=1e-4, rtol=1e-4)
 
 
-def test_squeezing_a_tile_dim_and_softmax_of_integers_are_clear_errors() -> None:
+def test_squeezing_a_tile_dim_keeps_it_and_softmax_of_integers_is_a_clear_error() -> None:
     @kd.kernel
     def sq(x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         for tm, tn in kd.tile(x.shape):
-            out[tm, tn] = x[tm, tn].squeeze(0)
+            out[tm, tn] = x[tm, tn].squeeze(0)  # as torch on a dim not known to be 1 (Helion)
         return out
 
     @kd.kernel
@@ -120,9 +120,8 @@ def test_squeezing_a_tile_dim_and_softmax_of_integers_are_clear_errors() -> None
             out[tm, :] = torch.softmax(x[tm, :], dim=-1)
         return out
 
-    with pytest.raises(KernelError, match="tile dim") as e:
-        sq(torch.randn(8, 8))
-    assert "test_composite_ops.py" in str(e.value)
+    x = torch.randn(8, 8)
+    torch.testing.assert_close(sq(x), x)
     with pytest.raises(KernelError, match="softmax of a i32 tile"):  # torch rejects it too
         int_softmax(torch.arange(12, dtype=torch.int32).reshape(3, 4))
 

@@ -115,11 +115,10 @@ def _lane_loads(v: Value, out: list[Op]) -> bool:
         return False
     if op.kind == "load":
         index = op.attrs["index"]
-        if sum(1 for ix in index if ix.kind in ("tile", "full")) != 1 or \
-                any(ix.kind == "gather" for ix in index):
+        if sum(1 for ix in index if ix.kind in ("tile", "full", "gather")) != 1:
             return False
-        out.append(op)
-        return True
+        out.append(op)  # a gather of a gather (moe_matmul_ogs's `order[start + i]`): nested reads
+        return all(_lane_loads(ix.scalar, out) for ix in index if ix.kind == "gather")
     return all(_lane_loads(x, out) for x in op.operands)
 
 
@@ -215,6 +214,8 @@ def lane_expr(w: "_KernelWriter", v: Value, lane: str) -> str:
                 parts.append(f"jnp.minimum({lane}, {n - 1})")
             elif ix.kind == "dyn":
                 parts.append(w.n(ix.scalar))  # type: ignore[arg-type]
+            elif ix.kind == "gather":  # clamped as render_gather clamps a row
+                parts.append(f"jnp.clip({lane_expr(w, ix.scalar, lane)}, 0, {n - 1})")  # type: ignore[arg-type]
             else:
                 parts.append(str(ix.value))
         ref = f"{p.name}_sref" if p.name in w.plan.twins else f"{p.name}_ref"  # SMEM copy
