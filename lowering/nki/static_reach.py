@@ -7,8 +7,8 @@ once, so every DMA in it would need `.ap(scalar_offset=reg)` offsets and every r
 run-time mask (docs/nki.md "Dynamic loop bounds"). This lowering does not generate that. It
 takes the documented fallback instead: the loop `kd.tile(lo, hi)` (Helion's jagged loops,
 grouped GEMM's `kd.tile(M_g)`, `kd.jagged_tile(nnz)`) walks its *static reach*, `[lo, limit)`
-with `limit` the size of the axes the tile indexes (`TileVar.limit`, kernel_dsl/tile_bounds.py;
-the data must keep `lo >= 0` and `hi <= limit`), and the bound read from memory becomes masks:
+with `limit` from the axes the tile indexes (`reach` below; the data must keep `lo >= 0` and the
+last lane `hi - 1` inside each such axis), and the bound read from memory becomes masks:
 
 - the live lanes `L = lo <= tile.index < hi` and the live block `B = tile.begin < hi` (and
   `tile.begin + block > lo`);
@@ -92,24 +92,29 @@ def _block_shape(p: TensorParam, index: tuple[Index, ...]) -> tuple[Dim, ...]:
     return tuple(out)
 
 
-_GROW = ("add", "expand_dims", "broadcast", "cast")  # keep `index >= lane` for lanes >= 0
+_GROW = ("add", "expand_dims", "broadcast", "cast")  # keep `index >= c * lane` for lanes >= 0
 
 
-def _grows_with(v: Value, t: TileVar) -> bool:
-    """`v` (a gather index) is at least `t`'s lane index wherever it is: built from `t.index`
-    with + (of values >= 0 by the kernel's contract: offsets read from memory, other tiles'
-    indices, non-negative ints) and `* k` for ints k >= 1."""
+def _scale(v: Value, t: TileVar) -> int | None:
+    """A `c >= 1` with `v >= c * t.index` wherever `v` is (`v` a gather index built from
+    `t.index` with + of values >= 0 by the kernel's contract (offsets read from memory, other
+    tiles' indices, non-negative ints) and `* k` for ints k >= 1), else None."""
     op = v.op
     if op is None:
-        return False
+        return None
     if op.kind == "iota":
-        return op.attrs["tile"] is t
+        return 1 if op.attrs["tile"] is t else None
     if op.kind in _GROW:
-        return any(_grows_with(x, t) for x in op.operands) and all(_nonneg(x) for x in op.operands)
+        if not all(_nonneg(x) for x in op.operands):
+            return None
+        scales = [c for c in (_scale(x, t) for x in op.operands) if c is not None]
+        return max(scales) if scales else None
     if op.kind == "mul":
         k = [x.op.attrs["value"] for x in op.operands if x.op is not None and x.op.kind == "const"]
-        return len(k) == 1 and k[0] >= 1 and any(_grows_with(x, t) for x in op.operands)
-    return False
+        inner = [c for c in (_scale(x, t) for x in op.operands) if c is not None]
+        if len(k) == 1 and isinstance(k[0], int) and k[0] >= 1 and inner:
+            return inner[0] * k[0]
+    return None
 
 
 def _nonneg(v: Value) -> bool:
@@ -128,17 +133,22 @@ def _nonneg(v: Value) -> bool:
 def reach(t: TileVar, body: Region) -> int:
     """A static bound on the end of loop `t`: the front end's `limit` (the largest axis the tile
     indexes, tile_bounds.check_axis), narrowed to the smallest axis it indexes, directly or
-    through a gather index that is at least its lane index (`start + t.index`), since the
-    data keep every index inside its axis."""
+    through a gather index of at least `c` times its lane index (`start + t.index`; the flat
+    `(starts + t.index) * M + tile_m.index` of Helion's jagged examples: c = M), since the data
+    keep every index inside its axis: `c * lane <= n - 1`."""
     out = t.limit or t.extent
     for op in body.walk():
         if op.kind not in ("load", "store"):
             continue
         p: TensorParam = op.attrs["tensor"]
         for k, ix in enumerate(op.attrs["index"]):
-            if (ix.kind == "tile" and ix.tile is t) or \
-                    (ix.kind == "gather" and _grows_with(ix.scalar, t)):
-                out = min(out, p.shape[k])
+            n = p.shape[k]
+            if ix.kind == "tile" and ix.tile is t:
+                out = min(out, n)
+            elif ix.kind == "gather" and ix.scalar is not None:
+                c = _scale(ix.scalar, t)
+                if c is not None:
+                    out = min(out, (n - 1) // c + 1)
     return out
 
 
