@@ -214,12 +214,8 @@ class _Rewriter:
         if t.kind != "loop" or not from_memory(t):
             self.region(body, ctx)
             return
-        if not t.limit or t.extent < 1:
-            raise ConfigError(f"the NKI lowering cannot bound loop {t!r} by a value loaded from "
-                              "memory here: the tile indexes no tensor axis, so it has no static "
-                              "reach to loop over (NKI's run-time nl.fori_loop is not generated)",
-                              t.loc, "index a tensor with the tile, bound the loop with ints, or "
-                              "use the triton backend")
+        # the front end refuses such a loop that indexes no axis (tile_bounds.check_axis)
+        assert t.limit, f"loop {t!r} bounded from memory has no reach"
         lo_loaded = _loaded(t.lo)
         if lo_loaded:
             for inner in body.walk():
