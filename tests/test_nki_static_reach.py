@@ -120,3 +120,29 @@ def test_a_scalar_before_a_tile_in_a_comparison() -> None:
     x, n = torch.randn(8), torch.tensor([0, 1, 5, 9, 0, 3, 2, 7], dtype=torch.int32)
     with kd.backend("nki"):
         torch.testing.assert_close(first_lanes(x, n), torch.where(n > 0, x, -1.0))
+
+
+@kd.kernel
+def shifted_rows(x: torch.Tensor, lens: torch.Tensor):
+    """Row g's first lens[g] elements, one to the right (a shifted block: a plain DMA on NKI,
+    masked by a read-modify-write)."""
+    b, n = x.shape
+    out = torch.full([b, n + 1], 7.0, dtype=x.dtype, device=x.device)
+    for g in kd.grid(b):
+        for tj in kd.tile(lens[g]):
+            out[g, tj.index + 1] = x[g, tj]
+    return out
+
+
+@pytest.mark.parametrize("backend", ["nki", "triton"])
+def test_a_shifted_store_in_a_loop_bounded_from_memory(backend: str) -> None:
+    x, lens = torch.randn(4, 9), torch.tensor([0, 9, 1, 5], dtype=torch.int32)
+    want = torch.full((4, 10), 7.0)
+    for g, k in enumerate(lens.tolist()):
+        want[g, 1:k + 1] = x[g, :k]
+    with kd.backend(backend):
+        torch.testing.assert_close(shifted_rows(x, lens), want)
+    if backend == "nki":
+        src = shifted_rows.source(x, lens, backend="nki")
+        assert "tj shifted by +1 (a unit-stride gather, a plain DMA)" in src
+        assert "vector_offset" not in src

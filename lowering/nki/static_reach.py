@@ -37,6 +37,7 @@ from kernel_dsl.ir import FLOAT_DTYPES, Dim, Index, KernelIR, Op, Region, Tensor
 from kernel_dsl.tile_bounds import from_memory, value_range
 
 from .expand import _Builder, _max_id
+from .shifted import shift_of
 
 _cache: "weakref.WeakKeyDictionary[KernelIR, KernelIR]" = weakref.WeakKeyDictionary()
 _POSITIONS = ("tile_begin", "tile_id", "tile_count")
@@ -190,7 +191,7 @@ class _Rewriter:
         index: tuple[Index, ...] = op.attrs["index"]
         shape = _block_shape(p, index)
         gathers = [k for k, ix in enumerate(index) if ix.kind == "gather"]
-        if len(gathers) == 1:
+        if len(gathers) == 1 and shift_of(op) is None:  # a shifted block stays a plain DMA
             idx = index[gathers[0]].scalar
             assert idx is not None
             in_block = [d for d in ctx if any(x is d.tile for x in shape)]
