@@ -122,7 +122,7 @@ def test_grouped_gemm_nki_configs() -> None:
         torch.testing.assert_close(grouped_gemm_jagged.run_cpu("nki", (a, b, offs), cfg)[0], a @ b,
                                    rtol=1e-4, atol=1e-4)
     src = grouped_gemm_jagged.source(a, b, offs, backend="nki")
-    assert "the `end` of tile_m read from memory: a static loop over its reach [lo, 56)" in src
+    assert "the `end` of tile_m read from memory: a static loop over its reach [0, 56)" in src
 
 
 @kd.kernel

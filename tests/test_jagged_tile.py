@@ -369,7 +369,7 @@ def test_nki_block_configs(example: str) -> None:
     assert "read from memory: a static loop over its reach" in src
     assert "NKI's nl.fori_loop is not generated" in src
     if example == "sum":  # the flat index (starts + k) * 11 + m reaches the 32 packed rows
-        assert "the `end` of tile_k read from memory: a static loop over its reach [lo, 32)" in src
+        assert "the `end` of tile_k read from memory: a static loop over its reach [0, 32)" in src
 
 
 @pytest.mark.slow  # every NKI config of the five examples (24 spread over layer_norm's 64): ~2 min

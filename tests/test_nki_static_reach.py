@@ -64,7 +64,7 @@ def test_the_generated_loop_says_it_walks_the_reach() -> None:
     x, ln = torch.randn(3, 13, 6), torch.tensor([1, 0, 13], dtype=torch.int32)
     src = halving_walk.source(x, ln, backend="nki")
     assert "for i_tk in range(4):" in src  # 13 rows in blocks of 4, whatever lens holds
-    assert ("the `end` of tk read from memory: a static loop over its reach [lo, 13) with "
+    assert ("the `end` of tk read from memory: a static loop over its reach [0, 13) with "
             "run-time masks (NKI's nl.fori_loop is not generated)") in src
 
 

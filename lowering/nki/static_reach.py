@@ -249,8 +249,8 @@ class _Rewriter:
                             if loaded)
         op.attrs = {**op.attrs, "static_reach": (
             f"the {what} of {t!r} read from memory: a static loop over its reach "
-            f"[{'0' if lo_loaded else 'lo'}, {t.limit}) with run-time masks "
-            "(NKI's nl.fori_loop is not generated)")}
+            f"[{0 if lo_loaded else lo if isinstance(lo, int) else 'its begin'}, {t.limit}) with "
+            "run-time masks (NKI's nl.fori_loop is not generated)")}
         d = _Dyn(t, lanes, live, hi, lo_loaded)
         self.region(body, [*ctx, d])
         if body.yields:
