@@ -1,6 +1,8 @@
 """Helion's grouped GEMM as its users write it (examples/grouped_gemm.py, `hl.` -> `kd.`): a
 `kd.grid` over groups, `kd.tile([M_g, N])` with a size read from memory, a nested loop over
-several sizes, and rows gathered and scattered through `start + tile_m.index`."""
+several sizes, and rows gathered and scattered through `start + tile_m.index`. On NKI the loop
+over `M_g` (read from memory) walks its static reach, A's rows, with run-time masks
+(lowering/nki/static_reach.py)."""
 from __future__ import annotations
 
 import pytest
@@ -88,7 +90,7 @@ GROUPS = [[1], [5, 0, 9], [0, 17, 1, 33], [130]]  # empty groups, size 1, primes
 
 
 @pytest.mark.parametrize("counts", GROUPS, ids=str)
-@pytest.mark.parametrize("backend", ["pallas", "triton"])
+@pytest.mark.parametrize("backend", ["pallas", "triton", "nki"])
 def test_grouped_gemm_matches_torch(backend: str, counts: list[int]) -> None:
     offs = _offsets(counts)
     a, b = torch.randn(int(offs[-1]), 33), torch.randn(33, 17)
@@ -97,7 +99,7 @@ def test_grouped_gemm_matches_torch(backend: str, counts: list[int]) -> None:
     torch.testing.assert_close(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("backend", ["pallas", "triton"])
+@pytest.mark.parametrize("backend", ["pallas", "triton", "nki"])
 def test_grouped_gemm_in_bf16(backend: str) -> None:
     """Helion's own driver runs bf16: on Pallas the rows scatter into a packed bf16 output."""
     offs = _offsets([7, 0, 20, 1])
@@ -106,6 +108,21 @@ def test_grouped_gemm_in_bf16(backend: str) -> None:
         got = grouped_gemm_jagged(a, b, offs)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_grouped_gemm_nki_configs() -> None:
+    """A spread of the NKI configs: row blocks shorter and longer than the groups (the masks
+    keep a block's rows past its group out of the next group's rows)."""
+    offs = _offsets([0, 17, 1, 33, 5])
+    a, b = torch.randn(int(offs[-1]), 33), torch.randn(33, 17)
+    cfgs = list(grouped_gemm_jagged.configs(a, b, offs, backend="nki"))
+    spread = list({tuple(c.block_sizes): c for c in cfgs}.values())[::2]
+    assert len(spread) >= 3
+    for cfg in spread:
+        torch.testing.assert_close(grouped_gemm_jagged.run_cpu("nki", (a, b, offs), cfg)[0], a @ b,
+                                   rtol=1e-4, atol=1e-4)
+    src = grouped_gemm_jagged.source(a, b, offs, backend="nki")
+    assert "the `end` of tile_m read from memory: a static loop over its reach [0, 56)" in src
 
 
 @kd.kernel
@@ -129,7 +146,7 @@ def test_pallas_scatters_rows_into_packed_outputs(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("counts", [[1], [4, 0, 11], [130, 3]], ids=str)
-@pytest.mark.parametrize("backend", ["pallas", "triton"])
+@pytest.mark.parametrize("backend", ["pallas", "triton", "nki"])
 def test_a_tile_over_a_size_read_from_memory(backend: str, counts: list[int]) -> None:
     offs = _offsets(counts)
     x = torch.randn(int(offs[-1]), 6)

@@ -5,10 +5,10 @@ The five Helion jagged examples (examples/jagged_{sum,mean,layer_norm,dense_bmm,
 the commit named in docs/helion_ports.md) are ported by the literal rename `hl.` -> `kd.`,
 `@helion.kernel()` -> `@kd.kernel`, and checked against torch references written here. They
 gather through rank-2/3 index tiles: Triton runs them, Pallas as a one-hot select along the lane
-axis of the flat tensor, a row of the index tile at a time (lowering/pallas/onehot.py); NKI
-refuses that form with a ConfigError naming the line (asserted below). Jagged loops indexed by tiles (Helion's
-`jagged_row_sum` docstring example) run on Pallas too; NKI refuses a loop bounded by a value
-read from memory.
+axis of the flat tensor, a row of the index tile at a time (lowering/pallas/onehot.py), NKI as
+an indirect DMA per column (lowering/nki/gather.py). Jagged loops indexed by tiles (Helion's
+`jagged_row_sum` docstring example) run on every backend. NKI walks a loop bounded by a value
+read from memory over its static reach with run-time masks (lowering/nki/static_reach.py).
 """
 from __future__ import annotations
 
@@ -237,7 +237,7 @@ def _check(got: torch.Tensor, want: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("example", EXAMPLES)
-@pytest.mark.parametrize("backend", ["triton", "pallas"])
+@pytest.mark.parametrize("backend", ["triton", "pallas", "nki"])
 def test_helion_jagged_examples_match_torch(backend: str, example: str, case) -> None:
     kernel, ref, args = _inputs(example, *case)
     with kd.backend(backend):
@@ -265,9 +265,10 @@ def test_triton_block_configs(example: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_jagged_sum_in_half_precision(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("backend", ["triton", "nki"])
+def test_jagged_sum_in_half_precision(backend: str, dtype: torch.dtype) -> None:
     kernel, ref, args = _inputs("sum", [3, 0, 1, 7, 2, 5, 0, 13, 1], 11, dtype)
-    with kd.backend("triton"):
+    with kd.backend(backend):
         got = kernel(*args)
     assert got.dtype == dtype
     torch.testing.assert_close(got.float(), ref(*args).float(), rtol=2e-2, atol=5e-2)
@@ -354,15 +355,45 @@ def test_tables_longer_than_a_window(example: str) -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_loops_bounded_from_memory_are_a_config_error_on_nki(example: str) -> None:
-    """NKI takes the rank-N gathers (an indirect DMA per column, tests/test_nki_gather.py) but
-    not a loop whose trip count is read from memory: its loops unroll at trace time."""
-    kernel, _, args = _inputs(example, [3, 0, 1, 7], 5)
-    with kd.backend("nki"), pytest.raises(ConfigError, match="the NKI lowering cannot bound loop "
-                                          ".* by a value loaded from memory") as e:
-        kernel(*args)
-    assert e.value.loc is not None and e.value.loc.file.endswith("test_jagged_tile.py")
-    assert "nl.fori_loop" in str(e.value)
+def test_nki_block_configs(example: str) -> None:
+    """A spread of the NKI configs (jagged blocks shorter and longer than the rows; every one:
+    the slow test below). The jagged loop walks its static reach (the flat table's length for
+    the rank-N gathers) with run-time masks, and says so in the generated code."""
+    kernel, ref, args = _inputs(example, [3, 0, 1, 7, 2, 5, 0, 13, 1], 11)
+    want = ref(*args)
+    cfgs = _spread(list(kernel.configs(*args, backend="nki")), 2 if example == "layer_norm" else 3)
+    assert len(cfgs) >= (1 if example == "dense_add" else 2)
+    for cfg in cfgs:
+        _check(kernel.run_cpu("nki", args, cfg)[0], want)
+    src = kernel.source(*args, backend="nki")
+    assert "read from memory: a static loop over its reach" in src
+    assert "NKI's nl.fori_loop is not generated" in src
+    if example == "sum":  # the flat index (starts + k) * 11 + m reaches the 32 packed rows
+        assert "the `end` of tile_k read from memory: a static loop over its reach [0, 32)" in src
+
+
+@pytest.mark.slow  # every NKI config of the five examples (24 spread over layer_norm's 64): ~2 min
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_nki_config_of_the_examples(example: str) -> None:
+    kernel, ref, args = _inputs(example, [2, 2, 0, 37, 1], 33)
+    want = ref(*args)
+    cfgs = list(kernel.configs(*args, backend="nki"))
+    if len(cfgs) > 24:
+        cfgs = _spread(cfgs, 24)
+    for cfg in cfgs:
+        _check(kernel.run_cpu("nki", args, cfg)[0], want)
+
+
+@pytest.mark.parametrize("example", ["sum", "mean", "dense_bmm", "dense_add"])
+def test_nki_in_bf16(example: str) -> None:
+    """The ports that take bf16 (jagged_layer_norm's port carries an f32 sum in a bf16 zeros:
+    a LoopScopeError on every backend)."""
+    kernel, ref, args = _inputs(example, [3, 0, 1, 7, 2, 5, 0, 13, 1], 11, torch.bfloat16)
+    with kd.backend("nki"):
+        got = kernel(*args)
+    assert got.dtype == torch.bfloat16
+    wide = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    torch.testing.assert_close(got.float(), ref(*wide).float(), rtol=2e-2, atol=5e-2)
 
 
 @kd.kernel
@@ -463,7 +494,7 @@ TILE_FORM = [(jagged_row_sum, ref_row_sum), (jagged_row_sum_masked, ref_row_sum)
 
 @pytest.mark.parametrize("case", DENSE, ids=IDS)
 @pytest.mark.parametrize("kernel,ref", TILE_FORM, ids=["row_sum", "row_sum_masked", "row_shift"])
-@pytest.mark.parametrize("backend", ["triton", "pallas"])
+@pytest.mark.parametrize("backend", ["triton", "pallas", "nki"])
 def test_tile_indexed_jagged_loops(backend: str, kernel, ref, case) -> None:
     x, lengths = _dense(*case)
     with kd.backend(backend):
@@ -496,7 +527,7 @@ def jagged_2d_parent_sum(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 3, 17), (3, 9, 130)], ids=str)
-@pytest.mark.parametrize("backend", ["triton", "pallas"])
+@pytest.mark.parametrize("backend", ["triton", "pallas", "nki"])
 def test_a_rank_2_parent(backend: str, shape: tuple[int, int, int]) -> None:
     g = torch.Generator().manual_seed(sum(shape))
     x = torch.randn(*shape, generator=g)
@@ -507,12 +538,15 @@ def test_a_rank_2_parent(backend: str, shape: tuple[int, int, int]) -> None:
         torch.testing.assert_close(jagged_2d_parent_sum(x, lengths), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", [jagged_row_sum, jagged_row_shift])
-def test_nki_refuses_a_loop_bounded_by_loaded_lengths(kernel) -> None:
-    x, lengths = _dense([3, 0, 1], 5)
-    with kd.backend("nki"), pytest.raises(ConfigError, match="cannot bound loop .* by a value "
-                                          "loaded from memory"):
-        kernel(x, lengths)
+@pytest.mark.parametrize("kernel,ref", TILE_FORM[::2], ids=["row_sum", "row_shift"])
+def test_nki_configs_of_the_tile_form(kernel, ref) -> None:
+    x, lengths = _dense([0] * 3 + [130, 1, 129, 2, 3, 0, 17], 131)
+    want = ref(x, lengths)
+    cfgs = _spread(list(kernel.configs(x, lengths, backend="nki")), 4)
+    assert len(cfgs) >= 2
+    for cfg in cfgs:
+        torch.testing.assert_close(kernel.run_cpu("nki", (x, lengths), cfg)[0], want,
+                                   rtol=1e-5, atol=1e-5)
 
 
 @kd.kernel
@@ -538,7 +572,7 @@ def test_fuzz_jagged_stride_sum() -> None:
     from kernel_dsl.testing import fuzz
 
     fuzz(jagged_stride_sum, _stride_sum_ref, "x[b,n]", dtypes=[torch.float32, torch.bfloat16],
-         dims={"b": (1, 40), "n": (1, 300)}, configs=3, backends=["triton", "pallas"],
+         dims={"b": (1, 40), "n": (1, 300)}, configs=3, backends=["triton", "pallas", "nki"],
          max_examples=6, seed=0)
 
 

@@ -165,6 +165,22 @@ def _library_sources(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     return seen
 
 
+def _dynamic_loop_sources() -> list[tuple[str, str]]:
+    """Helion's jagged ports and grouped GEMM: loops bounded by values read from memory, walked
+    over their static reach with run-time masks (lowering/nki/static_reach.py)."""
+    import test_grouped_loops as tg
+    import test_jagged_tile as tj
+
+    out = []
+    for ex in tj.EXAMPLES:
+        k, _, args = tj._inputs(ex, [3, 0, 1, 7], 5)
+        out.append((f"jagged_{ex}", k.source(*args, backend="nki")))
+    offs = tg._offsets([5, 0, 9])
+    out.append(("grouped_gemm", tg.grouped_gemm_jagged.source(E(14, 33, dtype=BF16), E(33, 17, dtype=BF16),
+                                                              offs, backend="nki")))
+    return out
+
+
 @pytest.fixture(scope="module")
 def corpus() -> Iterator[list[tuple[str, str]]]:
     out = [(name, k.source(*args, backend="nki", target=tgt)) for name, k, args, tgt in _dsl_cases()]
@@ -172,6 +188,7 @@ def corpus() -> Iterator[list[tuple[str, str]]]:
     ids = E(150, dtype=torch.int16)
     out.append(("gather_scatter", gather_scatter.source(ids, E(40, 33), E(150, dtype=torch.int32),
                                                        backend="nki")))
+    out += _dynamic_loop_sources()
     with pytest.MonkeyPatch.context() as mp:
         lib = _library_sources(mp)
     rendered = {name.split()[1] for name, _ in lib}  # a cached rendering would hide its calls

@@ -131,9 +131,10 @@ def binary(w: Writer, op: Op) -> None:
     if a.kind == "scalar" and b.kind == "scalar":  # not folded at trace time: start from a tile
         a = Operand("full", tile=w.splat(a.expr, rc.phys(ro), a_v.dtype))
     if kind in CMP and (a.kind == "scalar" or b.kind == "scalar"):
-        x, c, kind = (a, b.expr, kind) if b.kind == "scalar" else (b, a.expr, SWAP[kind])
+        # `c < x` is `x > c`, for the inf check only: the tensor_scalar below swaps it itself
+        x, c, xk = (a, b.expr, kind) if b.kind == "scalar" else (b, a.expr, SWAP[kind])
         if inf_sign(c):
-            return inf_compare(w, r, x, kind, inf_sign(c))
+            return inf_compare(w, r, x, xk, inf_sign(c))
     # x + inf: the user's inf as a memset tile (AWS memsets -inf), never an inf immediate
     if a.kind == "scalar" and inf_sign(a.expr):
         a = Operand("full", tile=w.fill(a.expr, rc.phys(ro), a_v.dtype))

@@ -27,6 +27,7 @@ from .expand import expand
 from .gather import gather_of
 from .names import HBM_DTYPE, index, shape
 from .shifted import shift_of
+from .static_reach import static_reach
 from .targets import TARGETS, Target
 from .writer import Rule, Writer
 
@@ -98,6 +99,7 @@ def write(ir: KernelIR, config: Config, target: str) -> tuple[Writer, list[str]]
     check_knobs(ir, config)
     check_no_gather(ir)
     ir = expand(ir)  # `//`, `%`, rounding, log1p/expm1: no NKI instruction of their own
+    ir = static_reach(ir)  # loops bounded from memory: their static reach, masked at run time
     blocks = block_values(ir, config)
     em = Emitter(indent=1)
     w = Writer(ir, blocks, tgt, em, RULES)

@@ -464,8 +464,10 @@ class Writer:
         self.loc = op.loc
         trips = (tile_bounds.trip_count(t, self.bound(t.lo, t), self.end(t), self.eb(t))
                  if t.dynamic else self.nb(t))  # a Python int when the kernel is traced
-        self.em.open(f"for {index(t)} in range({trips}):", op.loc,
-                     f"loop over {t!r}: {t.extent} in blocks of {self.eb(t)}")
+        note = f"loop over {t!r}: {t.extent} in blocks of {self.eb(t)}"
+        if "static_reach" in op.attrs:  # static_reach.py: a bound read from memory
+            note += f"; {op.attrs['static_reach']}"
+        self.em.open(f"for {index(t)} in range({trips}):", op.loc, note)
         self.tile_header(t)
         for arg in body.args:
             self.slots[arg.id] = self.em.slot()
