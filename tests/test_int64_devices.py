@@ -22,10 +22,12 @@ from simulated_device import SimulatedDevice, assert_check, run_checks, run_chil
 import kernel_dsl as kd
 from kernel_dsl import wide_ints
 from kernel_dsl.errors import DTypeError
+from kernel_dsl.tpu_adapter import torch_tpu_available
 
 _MARKER = "INT64-DEVICE-RESULTS "
 _CHECKS: dict[str, Callable[[], None]] = {}
 _DEV = {"name": "cpu"}  # the child's device
+_children: dict[tuple[str, str], dict[str, str]] = {}  # (device, group) -> a child's results
 
 
 # checks that run in the slow tier on tpu (each new shape there is a JAX export and a Pallas
@@ -292,7 +294,76 @@ def check_autograd_with_long_ids() -> None:
         torch.testing.assert_close(wd.grad.cpu(), want)
 
 
+# -- with Google's real TorchTPU (CI's torch-tpu environment), on fake tpu tensors ------------
+_REAL: dict[str, Callable[[], None]] = {}
+
+
+def _real(fn: Callable[[], None]) -> Callable[[], None]:
+    _REAL[fn.__name__.removeprefix("real_")] = fn
+    return fn
+
+
+@_real
+def real_compiled_graphs_and_dtypes() -> None:
+    """TorchTPU's jax_op takes the kernel's fake as its own (int32 where the host code allocates
+    int64): an argmax kernel's compiled graph holds the jax_op's op and widens after it; int64
+    arguments put the portable op in the graph; both give int64 as the host code says."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    k = _kernels()
+    base = k.row_argmax._ops.base
+    assert type(k.row_argmax._ops.tpu).__module__.startswith("torch_tpu."), type(k.row_argmax._ops.tpu)
+    torch._dynamo.reset()
+    seen: list[set[str]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(64, 256, device="tpu")
+        idx = torch.compile(lambda a: k.row_argmax(a), fullgraph=True, backend=backend)(x)
+        assert (idx.dtype, idx.device.type, tuple(idx.shape)) == (torch.int64, "tpu", (64, 1))
+        (raw,) = getattr(torch.ops.kernel_dsl, f"{base}_tpu").default(x)
+        assert raw.dtype == torch.int32  # what the exported JAX function returns
+        assert f"kernel_dsl.{base}_tpu.default" in seen[0], seen
+        ids, w = torch.empty(64, dtype=torch.long, device="tpu"), torch.empty(50, 128, device="tpu")
+        out = torch.compile(lambda i, v: k.embedding(i, v), fullgraph=True, backend=backend)(ids, w)
+        assert (out.dtype, out.device.type, tuple(out.shape)) == (torch.float32, "tpu", (64, 128))
+        assert f"kernel_dsl.{k.embedding._ops.base}.default" in seen[1], seen
+        y = torch.empty(64, 128, dtype=torch.long, device="tpu")
+        ep = torch.export.export(_Shifted(), (y, y))
+        (node,) = [n for n in ep.graph.nodes if "kernel_dsl" in str(n.target)]
+        assert str(node.target) == f"kernel_dsl.{k.shifted._ops.base}.default", node.target
+        assert node.meta["val"][0].dtype == torch.int64
+
+
+class _Shifted(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _kernels().shifted(a, b)
+
+
+def _real_child_main() -> None:
+    import torch_tpu._loader
+
+    torch_tpu._loader._init_device("tpu")  # what autoload does on a TPU host; no runtime starts
+    run_checks(_REAL, _MARKER)
+
+
+@pytest.mark.skipif(not torch_tpu_available(),
+                    reason="Google's TorchTPU is not installed here; CI's torch-tpu environment runs it")
+@pytest.mark.parametrize("check", list(_REAL))
+def test_real_torch_tpu(check: str) -> None:
+    if ("tpu", "real") not in _children:
+        env = dict(os.environ, KD_TPU_TARGET="tpu-v5e", TPU_SKIP_MDS_QUERY="1")
+        _children["tpu", "real"] = run_child(os.path.abspath(__file__), ["tpu", "real"], env,
+                                             _MARKER, "the TorchTPU child", autoload=True)
+    assert_check(_children["tpu", "real"], check, "with the real TorchTPU")
+
+
 def _child_main(device: str, group: str) -> None:
+    if group == "real":
+        return _real_child_main()
     sim = SimulatedDevice(device)
     _DEV.update(name=device, sim=sim)
     if device == "tpu":
@@ -307,9 +378,6 @@ def _child_main(device: str, group: str) -> None:
     run_checks({n: c for n, c in _CHECKS.items() if (group == "all" or
                                                      (n in _SLOW_ON_TPU) == (group == "slow"))},
                _MARKER)
-
-
-_children: dict[tuple[str, str], dict[str, str]] = {}
 
 
 def _child(device: str, group: str) -> dict[str, str]:
