@@ -470,5 +470,20 @@ def test_device_fake_gives_int32_where_the_host_code_allocates_int64() -> None:
     assert (host.dtype, dev.dtype) == (torch.int64, torch.int32) and dev.shape == host.shape
 
 
+@pytest.mark.slow
+def test_the_real_tpu_compiler_accepts_the_int32_kernels() -> None:
+    """What the tpu route hands TorchTPU for int64 arguments and outputs (the kernels at int32,
+    as the IR has them) compiles with libtpu's compile-only targets, all five."""
+    from kernel_dsl.lowering.pallas.targets import TARGETS
+
+    k = _kernels()
+    for kern, args in ((k.embedding, (torch.randint(0, 50, (64,)), torch.randn(50, 256))),
+                       (k.row_argmax, (torch.randn(64, 256),)),
+                       (k.shifted, (torch.randint(-9, 9, (64, 256)), torch.randint(-9, 9, (64, 256)))),
+                       (k.picked_logit, (torch.randn(64, 256), torch.randint(0, 256, (64, 1))))):
+        report = kern.check(*args, targets=list(TARGETS), measure_vmem=False)
+        assert report.ok, report.table()
+
+
 if __name__ == "__main__":
     _child_main(sys.argv[1], sys.argv[2])
