@@ -23,6 +23,7 @@ import torch
 
 from . import amp, arguments, wide_ints
 from .batching import per_element
+from .bounded import Bounded
 from .errors import ArgumentError
 from .names import identifier
 from .tpu_adapter import make_tpu_op, torch_tpu_loaded
@@ -77,7 +78,7 @@ class KernelOps:
         self.cuda: Any = None
         self.neuron: Any = None
         self.names = [p.name for p in kernel.params]
-        self._host_dtypes: dict[tuple[Any, ...], tuple[torch.dtype, ...]] = {}
+        self._host_dtypes: dict[tuple[Any, ...], tuple[torch.dtype, ...]] = Bounded()  # by arg_key
         self.wide_outputs = wide_ints.WideOutputs()
         # made now: a first call inside torch.compile cannot make it
         if torch_tpu_loaded() and not any(k in _CPU_ONLY for k in kernel.kinds):
