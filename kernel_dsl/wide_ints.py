@@ -27,8 +27,10 @@ The range check needs that bool on the host: a sync. What each mode does:
   stays in the graph and an aten `to(torch.int64)` follows it, which the compiler fuses; no check
   and no sync are needed. Which outputs to widen is recorded by the device op's fake when Dynamo
   runs it (`WideOutputs`) and read back as a constant.
-- opcheck, autograd, vmap: the portable op's rules apply unchanged (int64 tensors take no
-  gradient; vmap runs the portable op per element, each narrowed as above).
+- opcheck, autograd, vmap: the portable op's rules apply unchanged. Its fake is the host code's
+  (int64 outputs), so opcheck's fake-vs-real comparison holds; a registered backward sees the
+  int64 arguments as the user passed them (they take no gradient); vmap runs the portable op per
+  element, each element narrowed as above. The device ops, int32 ops, pass opcheck on int32.
 - inside a CUDA graph capture (`torch.cuda.graph`, Inductor's `mode="reduce-overhead"`) no sync
   is allowed: the check becomes `torch._assert_async`. A value outside int32 then still never
   wraps, but it fails as a CUDA device-side assert when the graph replays (which poisons the CUDA
