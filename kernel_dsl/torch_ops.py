@@ -21,9 +21,10 @@ from typing import Any, Callable
 
 import torch
 
-from . import amp, arguments
+from . import amp, arguments, wide_ints
 from .batching import per_element
-from .errors import ArgumentError, DTypeError
+from .bounded import Bounded
+from .errors import ArgumentError
 from .names import identifier
 from .tpu_adapter import make_tpu_op, torch_tpu_loaded
 from .tracing import user_loc
@@ -76,6 +77,9 @@ class KernelOps:
         self.tpu: Any = None
         self.cuda: Any = None
         self.neuron: Any = None
+        self.names = [p.name for p in kernel.params]
+        self._host_dtypes: dict[tuple[Any, ...], tuple[torch.dtype, ...]] = Bounded()  # by arg_key
+        self.wide_outputs = wide_ints.WideOutputs()
         # made now: a first call inside torch.compile cannot make it
         if torch_tpu_loaded() and not any(k in _CPU_ONLY for k in kernel.kinds):
             self.tpu_op()
@@ -120,7 +124,19 @@ class KernelOps:
     def fake(self, *args: Any) -> list[torch.Tensor]:
         args = self.decoded(args)
         self.kernel.note_dynamic(args)  # symbolic sizes under torch.compile: shape buckets
-        return self.kernel.shapes_only(args)
+        outs = self.kernel.shapes_only(args)
+        # the kernel's outputs live where its arguments do, also when the host code allocated
+        # them without `device=` (torch.empty(n) is a cpu tensor there)
+        dev = args[self.first_tensor].device
+        return [o if o.device == dev else
+                torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=dev) for o in outs]
+
+    def device_fake(self, *args: Any) -> list[torch.Tensor]:
+        """The device ops' fake: they return int32 where the host code allocates int64
+        (wide_ints.py); which ones is noted for the router's widening under torch.compile."""
+        outs = self.fake(*args)
+        self.wide_outputs.note(args, outs)
+        return wide_ints.int32_outputs(outs)
 
     def _portable_op(self) -> Any:
         """Defined with `torch.library.Library` rather than `custom_op`: the same schema, fake,
@@ -156,10 +172,21 @@ class KernelOps:
         return self.kernel.run_cpu(self.kernel.backend_name(), self.decoded(args))
 
     def _on_privateuse1(self, *args: Any) -> list[torch.Tensor]:
-        return list(self._device_op(torch._C._get_privateuse1_backend_name())(*args))
+        return self._on_device(self._device_op(torch._C._get_privateuse1_backend_name()), args)
 
     def _on_cuda(self, *args: Any) -> list[torch.Tensor]:
-        return list(self.cuda_op()(*args))
+        return self._on_device(self.cuda_op(), args)
+
+    def _on_device(self, op: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
+        """A device op (int32 in, the IR's dtypes out) as the portable op: int64 arguments
+        narrowed and int64 outputs widened on the device (wide_ints.py)."""
+        key = self.kernel.arg_key(args)
+        want = self._host_dtypes.get(key)
+        if want is None:
+            want = self._host_dtypes[key] = wide_ints.host_dtypes(self.kernel, args)
+        if torch.int64 not in want and not wide_ints.has_int64(args):
+            return list(op(*args))
+        return wide_ints.call(op, args, self.names, want)
 
     # -- the router (Kernel.__call__; Dynamo traces it) -----------------------------------------
     def route(self, args: tuple[Any, ...]) -> Callable[..., list[torch.Tensor]]:
@@ -181,21 +208,25 @@ class KernelOps:
                 # runs in its graph: the call runs outside the graph (a graph break)
                 return torch._dynamo.disable(lambda *a: self.op(*self.encoded(a)))
             return lambda *a: self.op(*self.encoded(a))
-        device_op = self._device_op(dev, args)  # made (or its error raised) at the user's call
+        device_op = self._device_op(dev)  # made (or its error raised) at the user's call
         if not torch.compiler.is_compiling():
             if dev == "tpu":  # inside jax_op, a bad argument would fail deep in JAX's export
                 self.kernel._validate(args)
             return self.op
-        return self.op if torch.compiler.is_exporting() else device_op
+        if torch.compiler.is_exporting() or wide_ints.has_int64(args):
+            return self.op  # int64 arguments: the op whose body checks their range (wide_ints.py)
+        return self._widening(device_op)
 
-    def _device_op(self, dev: str, args: tuple[Any, ...] = ()) -> Any:
-        wide = [p.name for p, a in zip(self.kernel.params, args)
-                if isinstance(a, torch.Tensor) and a.dtype == torch.int64]
-        if wide:  # the device routes pass buffers as they are: no narrowing step (wide_ints.py)
-            raise DTypeError(f"kernel `{self.kernel.name}` got int64 tensors ({', '.join(wide)}) "
-                             f"on `{dev}`: int64 arguments are narrowed to int32 on cpu tensors "
-                             "only for now", user_loc(),
-                             "pass int32 tensors (`ids.int()`) on accelerators")
+    def _widening(self, device_op: Any) -> Callable[..., list[torch.Tensor]]:
+        """`device_op` with the outputs the host code makes int64 widened after it (traced by
+        Dynamo: the graph holds the device op and an aten `to`)."""
+        def call(*args: Any) -> list[torch.Tensor]:
+            outs = list(device_op(*args))
+            wide = self.wide_outputs.of(wide_ints.WideOutputs.key(args))  # noted by its fake
+            return [o.to(torch.int64) if i in wide else o for i, o in enumerate(outs)]
+        return call
+
+    def _device_op(self, dev: str) -> Any:
         cpu_only = [p.name for p, k in zip(self.kernel.params, self.kernel.kinds) if k in _CPU_ONLY]
         if cpu_only:
             raise ArgumentError(f"kernel `{self.kernel.name}` takes {', '.join(cpu_only)} (None-able, "

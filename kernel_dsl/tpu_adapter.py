@@ -86,8 +86,9 @@ def make_tpu_op(ops: KernelOps) -> Any:
     jax_op = _load_jax_op(ops.kernel.name)
     op = jax_op(f"kernel_dsl::{ops.base}_tpu", _jax_fn(ops))
     # jax_op's default fake exports the JAX function on placeholders and refuses SymInt dims;
-    # the kernel's own fake runs the host code, so torch.compile(dynamic=True) works.
-    op.register_fake(ops.fake)
+    # the kernel's own fake runs the host code, so torch.compile(dynamic=True) works. JAX computes
+    # without int64 (x64 off): the op takes and gives int32 there (kernel_dsl/wide_ints.py).
+    op.register_fake(ops.device_fake)
     return op
 
 

@@ -100,5 +100,5 @@ def make_neuron_op(ops: KernelOps) -> Any:
         return_annotation=list[torch.Tensor])
     run.__name__ = run.__qualname__ = f"{ops.base}_neuron"
     op = nki_op(f"kernel_dsl::{ops.base}_neuron", run, mutates_args=())
-    op.register_fake(ops.fake)
+    op.register_fake(ops.device_fake)  # int32 where the host code allocates int64 (wide_ints.py)
     return op

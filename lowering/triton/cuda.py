@@ -17,6 +17,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from kernel_dsl import dtypes
 from kernel_dsl.bounded import Bounded
@@ -85,6 +86,8 @@ def _typed_body(ops: KernelOps, launcher: CudaLauncher) -> Callable[..., list[to
     kernel = ops.kernel
 
     def body(*args: Any) -> list[torch.Tensor]:
+        if any(isinstance(a, FakeTensor) for a in args):  # the op's fake: what the router widens
+            ops.wide_outputs.note(args, ops.fake(*args))  # (its outputs are int32 buffers here)
         return launcher(*args)
 
     body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
