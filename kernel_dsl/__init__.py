@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from .atomics import atomic_add, atomic_max, atomic_min
+from .grid_phases import barrier
 from .autotuner import BooleanFragment, EnumFragment, IntegerFragment, PowerOfTwoFragment
 from .buckets import set_shape_buckets, shape_buckets
 from .check import CheckEntry, CheckReport
@@ -43,7 +44,7 @@ from .tunables import cdiv, next_power_of_2, register_tunable
 from .version import __version__
 
 __all__ = [
-    "atomic_add", "atomic_max", "atomic_min",
+    "atomic_add", "atomic_max", "atomic_min", "barrier",
     "ArgumentError", "BackendError", "BlockSize", "BooleanFragment", "EnumFragment",
     "IntegerFragment", "PowerOfTwoFragment", "cdiv", "next_power_of_2", "register_tunable",
     "CheckEntry", "CheckReport", "Config",
