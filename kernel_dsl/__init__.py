@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 from .atomics import atomic_add, atomic_max, atomic_min
-from .grid_phases import barrier
 from .autotuner import BooleanFragment, EnumFragment, IntegerFragment, PowerOfTwoFragment
 from .buckets import set_shape_buckets, shape_buckets
 from .check import CheckEntry, CheckReport
@@ -35,6 +34,7 @@ from .errors import (
                      ShapeError,
                      UnsupportedOpError,
 )
+from .grid_phases import barrier
 from .ir import KernelIR
 from .ir_printer import print_ir
 from .jagged import jagged_tile

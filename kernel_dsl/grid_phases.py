@@ -16,7 +16,6 @@ are fresh buffers; an input that is also an output is not a form the backends sh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import KernelSyntaxError, SourceLoc
 from .ir import KernelIR, Region, TensorParam, TileVar

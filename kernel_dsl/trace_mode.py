@@ -8,10 +8,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from . import (
-    grid_phases,
     device_arange,
     device_if,
     dtypes,
+    grid_phases,
     host_epilogue,
     host_views,
     jagged,
