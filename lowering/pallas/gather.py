@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernel_dsl.errors import ConfigError
-from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, Value
+from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, Value, index_values
 
 from . import bounds, onehot
 from .syntax import JNP
@@ -115,8 +115,12 @@ def _lane_loads(v: Value, out: list[Op]) -> bool:
         return False
     if op.kind == "load":
         index = op.attrs["index"]
-        if sum(1 for ix in index if ix.kind in ("tile", "full")) != 1 or \
-                any(ix.kind == "gather" for ix in index):
+        gathers = [ix for ix in index if ix.kind == "gather"]
+        blocks = sum(1 for ix in index if ix.kind in ("tile", "full"))
+        # a load of one element per lane: along a tile, or (`idx[t.index // S]`, Helion's
+        # gather_gemv) at an index that itself recomputes lane by lane: both read from SMEM
+        if not ((blocks == 1 and not gathers) or (blocks == 0 and len(gathers) == 1
+                                                   and _lane_loads(gathers[0].scalar, out))):
             return False
         out.append(op)
         return True
@@ -149,7 +153,7 @@ def lane_only_values(ir: KernelIR) -> set[int]:
                 if v is None or v.rank == 0 or v.id in feeders or v.op is None:
                     continue
                 feeders.add(v.id)
-                stack.extend(v.op.operands)
+                stack.extend(v.op.operands + index_values(v.op))  # a nested gather's index
     users: dict[int, list[Op]] = {}
     for op in ir.body.walk():
         for v in op.operands:
@@ -210,6 +214,8 @@ def lane_expr(w: "_KernelWriter", v: Value, lane: str) -> str:
                 parts.append(f"jnp.minimum({lane}, {n - 1})")
             elif ix.kind == "dyn":
                 parts.append(w.n(ix.scalar))  # type: ignore[arg-type]
+            elif ix.kind == "gather":  # a nested gather: its index per lane, clamped as rows are
+                parts.append(f"jnp.clip({lane_expr(w, ix.scalar, lane)}, 0, {n - 1})")  # type: ignore[arg-type]
             else:
                 parts.append(str(ix.value))
         return f"{p.name}_ref[{', '.join(parts)}]"
