@@ -126,6 +126,10 @@ def test_each_grid_loop_is_a_phase_reading_what_the_one_before_wrote() -> None:
     assert tmp_out.is_output and tmp_out.init == 0.0
     assert second.inputs[0].readback_of is tmp_out and not second.inputs[0].is_output
     assert not ir.body.ops and [p.name for p in ir.returns] == ["out"]
+    # the printed IR (and so the tune cache's fingerprint) holds both phases
+    printed = kd.print_ir(ir)
+    assert "phase 0(a, b) -> (tmp)" in printed and "barrier; phase 1(tmp) -> (out)" in printed
+    assert "reduce sum axis=2" in printed
     # one config for the kernel: the free block sizes of both loops, in source order
     assert len(split_k_matmul.default_config(*args).block_sizes) == 5
     split = phases.split(lowering.get("pallas"), ir, split_k_matmul.default_config(*args), "cpu")
