@@ -329,7 +329,7 @@ class Kernel:
             shapes = ", ".join(f"{p.name}: {list(a.shape)} {a.dtype}" if isinstance(a, torch.Tensor)
                                else f"{p.name}={a!r}" for p, a in zip(self.params, args))
             # before the grid, host code only reads shapes: the arguments do not fit the kernel
-            cls = ArgumentError if tracer.grid is None else KernelSyntaxError
+            cls = ArgumentError if tracer.grid is None and not tracer.phases else KernelSyntaxError
             raise cls(f"{type(e).__name__}: {e}", _foreign_error_loc(e),
                       f"this line failed while tracing `{self.name}` for {shapes}; "
                       "check the arguments' ranks and shapes") from e
