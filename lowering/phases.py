@@ -65,8 +65,8 @@ def default_config(be: Any, ir: KernelIR, target: str) -> Config:
         for k, v in d.knobs.items():
             if not any(s.name == k for s in named_syms(ph)):
                 knobs.setdefault(k, v)
-    cfg = Config([values[s.index] for s in positional_syms(ir)],
-                 **{s.name: values[s.index] for s in named_syms(ir) if s.name}, **knobs)
+    cfg = Config([values.get(s.index, 1) for s in positional_syms(ir)],  # 1: a size no loop takes
+                 **{s.name: values.get(s.index, 1) for s in named_syms(ir) if s.name}, **knobs)
     return tunables.extend_default(ir, cfg)
 
 
