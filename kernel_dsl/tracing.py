@@ -104,8 +104,8 @@ class Tracer:
         self.tunable_values: dict[str, Any] = {}
         self.tunables: dict[str, Any] = {}
         self.tunables_used: dict[str, Any] = {}
-        # kd.barrier() (barrier.py): the grid loops before it, the read-only input that stands
-        # for each output they wrote, and barrier.py's builder of the phases' IRs
+        # kd.barrier() (grid_phases.py): the grid loops before it, the read-only input that stands
+        # for each output they wrote, and grid_phases.py's builder of the phases' IRs
         self.phases: list[Any] = []
         self.sealed: dict[int, TensorParam] = {}
         self.phase_builder: Any = None
