@@ -70,6 +70,8 @@ from dataclasses import dataclass
 from kernel_dsl import tile_bounds, tunables
 from kernel_dsl.config import Config
 from kernel_dsl.ir import BINARY_OPS, COMPARE_OPS, DTYPE_BITS, UNARY_OPS, KernelIR, Op, TileVar
+from kernel_dsl.lowering import phases
+from kernel_dsl.lowering.pallas import BACKEND as PALLAS
 from kernel_dsl.lowering.pallas.gather import gather_entry, lane_form, packed_rows
 from kernel_dsl.lowering.pallas.plan import Plan, plan_for
 from kernel_dsl.lowering.pallas.targets import TpuTarget
@@ -332,6 +334,14 @@ def pipeline_time(target: TpuTarget, *, padded: float, eup: float, vpu: float, h
 def estimate(ir: KernelIR, config: Config, target: TpuTarget, *,
              live_fraction: float = 1.0) -> Estimate:
     ir = tunables.ir_for(ir, config)  # the trace for the config's kd.register_tunable values
+    if ir.phases:  # kd.barrier(): one launch per phase, one after another (lowering/phases.py)
+        parts = [estimate(ph, cfg, target, live_fraction=live_fraction)
+                 for ph, cfg in phases.split(PALLAS, ir, config, target.name)]
+        return Estimate(sum(e.seconds for e in parts), sum(e.flops for e in parts),
+                        sum(e.mxu_seconds for e in parts), sum(e.hbm_bytes for e in parts),
+                        sum(e.hbm_seconds for e in parts), sum(e.steps for e in parts),
+                        sum(e.overhead_seconds for e in parts), parts[0].peak_flops,
+                        sum(e.vector_seconds for e in parts))
     plan = plan_for(ir, config)
     useful, padded, eup, vpu = _op_cost(ir, plan, target)
     parallel_blocks = max((plan.nb(t) for t in ir.grid), default=1)

@@ -35,7 +35,7 @@ import torch
 
 from kernel_dsl import device_random, lowering, tunables
 from kernel_dsl.config import Config
-from kernel_dsl.errors import ConfigError, KernelError
+from kernel_dsl.errors import BackendError, ConfigError, KernelError
 from kernel_dsl.host_views import kernel_tensors
 from kernel_dsl.ir import KernelIR
 from kernel_dsl.ir_printer import fingerprint
@@ -308,7 +308,7 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
         by_cfg[c.config] = c
         try:
             gen = be.render(ir, cfg, target)
-        except ConfigError as e:
+        except (ConfigError, BackendError) as e:  # BackendError: a rule of the target's compiler
             c.status, c.reason = "failed", e.message
             return math.inf
         c.vmem_estimate = be.estimate_vmem(gen)

@@ -34,6 +34,7 @@ from .errors import (
                      ShapeError,
                      UnsupportedOpError,
 )
+from .grid_phases import barrier
 from .ir import KernelIR
 from .ir_printer import print_ir
 from .jagged import jagged_tile
@@ -43,7 +44,7 @@ from .tunables import cdiv, next_power_of_2, register_tunable
 from .version import __version__
 
 __all__ = [
-    "atomic_add", "atomic_max", "atomic_min",
+    "atomic_add", "atomic_max", "atomic_min", "barrier",
     "ArgumentError", "BackendError", "BlockSize", "BooleanFragment", "EnumFragment",
     "IntegerFragment", "PowerOfTwoFragment", "cdiv", "next_power_of_2", "register_tunable",
     "CheckEntry", "CheckReport", "Config",

@@ -431,7 +431,8 @@ class ViewTracker:
         # an argument read only through views is not passed (Pallas would copy it per step)
         views = {id(v) for v, _, _ in self.input_views}
         viewed = {id(src) for _, src, _ in self.input_views}
-        read = {id(op.attrs["tensor"]) for op in self.tracer.body.walk() if op.kind == "load"}
+        read = {id(op.attrs["tensor"]) for body in self.tracer.bodies() for op in body.walk()
+                if op.kind == "load"}
         params = self.tracer.params
         args = [p for p in params if not p.is_output and id(p) not in views]
         pos = {id(p): i for i, p in enumerate(args)}

@@ -110,6 +110,9 @@ class TensorParam:
     # a hidden int32[1] input holding the seed of one `torch.rand_like` call site: every call of
     # the kernel passes a fresh one, drawn from torch's generator (kernel_dsl/device_random.py)
     rng_seed: bool = False
+    # in a phase after `kd.barrier()`: this input is the output `readback_of`, which an earlier
+    # phase wrote (kernel_dsl/grid_phases.py)
+    readback_of: "TensorParam | None" = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,9 @@ class KernelIR:
     tunables: dict[str, Any] = field(default_factory=dict)
     tunable_values: dict[str, Any] = field(default_factory=dict)
     retrace: Any = None
+    # grid loops separated by `kd.barrier()` (kernel_dsl/grid_phases.py): one KernelIR per loop, run
+    # in order; then `body` is empty and `grid` is the first phase's
+    phases: list["KernelIR"] = field(default_factory=list)
 
     @property
     def inputs(self) -> list[TensorParam]:

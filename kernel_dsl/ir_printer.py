@@ -101,10 +101,15 @@ def print_ir(ir: KernelIR, locs: bool = True) -> str:
         how = f"pinned {s.pinned}" if s.pinned is not None else "free"
         extra = f" choices={list(s.choices)}" if s.choices else ""
         lines.append(f"  block {s!r}: {how}{extra} (tiles {used})")
-    grid = ", ".join(_tile_decl(t) for t in ir.grid)
-    loc = f"  # {ir.grid[0].loc.short()}" if (locs and ir.grid and ir.grid[0].loc) else ""
-    lines.append(f"  grid {grid}:{loc}")
-    _print_region(ir.body, 2, lines, locs)
+    for k, part in enumerate(ir.phases or [ir]):  # kd.barrier(): each grid loop, in order
+        if ir.phases:
+            ins = ", ".join(p.name for p in part.inputs)
+            lines.append(f"  {'barrier; ' if k else ''}phase {k}({ins}) -> "
+                         f"({', '.join(p.name for p in part.returns)})")
+        grid = ", ".join(_tile_decl(t) for t in part.grid)
+        loc = f"  # {part.grid[0].loc.short()}" if (locs and part.grid and part.grid[0].loc) else ""
+        lines.append(f"  grid {grid}:{loc}")
+        _print_region(part.body, 2, lines, locs)
     return "\n".join(lines) + "\n"
 
 

@@ -329,12 +329,13 @@ class Kernel:
             shapes = ", ".join(f"{p.name}: {list(a.shape)} {a.dtype}" if isinstance(a, torch.Tensor)
                                else f"{p.name}={a!r}" for p, a in zip(self.params, args))
             # before the grid, host code only reads shapes: the arguments do not fit the kernel
-            cls = ArgumentError if tracer.grid is None else KernelSyntaxError
+            cls = ArgumentError if tracer.grid is None and not tracer.phases else KernelSyntaxError
             raise cls(f"{type(e).__name__}: {e}", _foreign_error_loc(e),
                       f"this line failed while tracing `{self.name}` for {shapes}; "
                       "check the arguments' ranks and shapes") from e
         ir = tracer.finish(returned, None)
-        verify(ir)
+        for part in ir.phases or [ir]:  # kd.barrier(): each grid loop is a kernel of its own
+            verify(part)
         return ir
 
     # -- rendering and compiling -----------------------------------------------------------------
@@ -477,7 +478,8 @@ class Kernel:
         self.note_dynamic(args)
         found = None
         # host views (`x.view(-1)`) mix padded and real elements: their kernels run exact sizes
-        if self._dynamic and self.ir(*args).host is None and not (
+        # host views and phases (kd.barrier()) run exact sizes too
+        if self._dynamic and self.ir(*args).host is None and not self.ir(*args).phases and not (
                 self.has_callable and self._captured(args)):  # nor do captured tensors
             be = lowering.get(backend_name)
             # a config the user tuned for exactly these shapes wins over the bucket's build

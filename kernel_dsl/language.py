@@ -124,7 +124,8 @@ class TileLoop:
             if tr.grid_done:
                 raise KernelSyntaxError(
                     "a kernel has one outermost `kd.tile` loop (the launch grid)", loc,
-                    "merge the loops, or write a second kernel")
+                    "merge the loops, put `kd.barrier()` between them (the second then starts "
+                    "after every program of the first finished), or write a second kernel")
             for b, n in zip(self.begins or [0] * len(self.sizes), self.sizes):
                 if not (isinstance(b, int) and b == 0 and isinstance(n, int)):
                     raise KernelSyntaxError(

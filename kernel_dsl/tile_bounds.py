@@ -95,6 +95,10 @@ def multiple_of(v: Value, m: int, blocks: dict[int, int]) -> bool:
         return float(op.attrs["value"]).is_integer() and int(op.attrs["value"]) % m == 0
     if k == "tile_size":
         return effective_block(op.attrs["tile"], blocks) % m == 0
+    if k == "tile_begin":  # lo + id * block (split_k's `outer_k.begin` with a pinned block)
+        t = op.attrs["tile"]
+        lo_ok = multiple_of(t.lo, m, blocks) if isinstance(t.lo, Value) else t.lo % m == 0
+        return lo_ok and (effective_block(t, blocks) % m == 0 or t.extent <= blocks[t.block.index])
     if k == "mul":
         return any(multiple_of(x, m, blocks) for x in op.operands)
     if k in ("add", "sub", "min", "max", "neg", "cast"):

@@ -11,6 +11,7 @@ from . import (
     device_arange,
     device_if,
     dtypes,
+    grid_phases,
     host_epilogue,
     host_views,
     jagged,
@@ -272,6 +273,7 @@ class TraceMode(TorchFunctionMode):
         if isinstance(idx, tuple) and any(widened.widened_slice(it) for it in idx):  # int4_gemm's A
             return widened.load(self._getitem, self._views(), t, idx, self.tracer.region)
         p = self._param(t, "indexing")
+        p = self.tracer.sealed.get(id(p), p)  # written before kd.barrier(): an input now
         index, shape = self._index(p, idx, load=True)
         attrs: dict[str, Any] = {"tensor": p, "index": index}
         if p.is_output:  # what this grid program stored before (readback.py)
@@ -288,6 +290,7 @@ class TraceMode(TorchFunctionMode):
         nonzero -> True for bool) and broadcast to the indexed block's shape."""
         p = self._param(t, "assigning into")
         loc = user_loc()
+        grid_phases.check_store(self.tracer, p, loc)
         if not p.is_output:
             raise ArgumentError(
                 f"kernel writes into its argument `{p.name}`", loc,

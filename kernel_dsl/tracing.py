@@ -104,6 +104,12 @@ class Tracer:
         self.tunable_values: dict[str, Any] = {}
         self.tunables: dict[str, Any] = {}
         self.tunables_used: dict[str, Any] = {}
+        # kd.barrier() (grid_phases.py): the grid loops before it, the read-only input that stands
+        # for each output they wrote, and grid_phases.py's builder of the phases' IRs
+        self.phases: list[Any] = []
+        self.sealed: dict[int, TensorParam] = {}
+        self.phase_builder: Any = None
+        self.phase_start = 0  # the first tile of the phase being traced
 
     # -- values and ops ------------------------------------------------------------------
     def new_value(self, shape: tuple[Dim, ...], dtype: str, op: Op | None, region: Region) -> Value:
@@ -192,6 +198,9 @@ class Tracer:
             raise KernelSyntaxError(
                 "the kernel left a `kd.tile` loop early (`break` or `return` inside it)", loc,
                 "loops over tiles always run to the end; use torch.where to skip work")
+        if self.grid is None and self.phases:
+            raise KernelSyntaxError("`kd.barrier()` is not followed by a grid loop", loc or user_loc(),
+                                    "drop the barrier, or put a `kd.tile` loop after it")
         if self.grid is None:
             raise KernelSyntaxError(f"kernel `{self.name}` has no `for ... in kd.tile(...)` loop",
                                     loc or user_loc(),  # no loop to point at: the call, then
@@ -224,13 +233,19 @@ class Tracer:
                 raise KernelSyntaxError(
                     f"loop `{t!r}` is bounded by values read from memory but indexes no tensor",
                     t.loc, "index a tensor with the tile: its axis bounds the loop's blocks")
-        _eliminate_dead_code(self.body)
+        for body in self.bodies():
+            _eliminate_dead_code(body)
         host = (self.views.host_views(list(zip(returns, chains)), after)
                 if self.views is not None else None)
         # the IR's name names generated functions and files: an ASCII identifier (names.py)
-        return KernelIR(identifier(self.name), self.params, self.grid, self.body, self.block_syms,
-                        self.tiles, returns, self.grid[0].loc, host, dict(self.tunables),
-                        dict(self.tunables_used))
+        ir = KernelIR(identifier(self.name), self.params, self.grid, self.body, self.block_syms,
+                      self.tiles, returns, self.grid[0].loc, host, dict(self.tunables),
+                      dict(self.tunables_used))
+        return self.phase_builder(self, ir) if self.phases else ir
+
+    def bodies(self) -> list[Region]:
+        """The grid bodies traced so far: one per phase (kd.barrier())."""
+        return [ph.body for ph in self.phases] + [self.body]
 
 
 def _has_effects(op: Op) -> bool:

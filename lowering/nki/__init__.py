@@ -15,6 +15,7 @@ from kernel_dsl.config import Config, ConfigSpace
 from kernel_dsl.ir import KernelIR
 
 from .. import Generated
+from ..phases import phased
 from .neuron import make_neuron_op
 from .render import render as _render
 from .runner import compile_for_torch
@@ -22,6 +23,7 @@ from .space import config_space, default_config
 from .targets import TARGETS
 
 
+@phased  # kd.barrier(): one launch per grid loop, in order (lowering/phases.py)
 class NkiBackend:
     name = "nki"
     cpu_target = "trn2"

@@ -9,12 +9,14 @@ from kernel_dsl.config import Config
 from kernel_dsl.ir import KernelIR
 
 from .. import Generated
+from ..phases import phased
 from .render import render as _render
 from .space import config_space, default_config
 from .targets import TPU_TARGETS, resolve_target, tpu_target
 from .vmem import estimate_vmem
 
 
+@phased  # kd.barrier(): one launch per grid loop, in order (lowering/phases.py)
 class PallasBackend:
     name = "pallas"
     cpu_target = "cpu"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernel_dsl.errors import ConfigError
-from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, Value
+from kernel_dsl.ir import DTYPE_BITS, Index, KernelIR, Op, TensorParam, Value, index_values
 
 from . import bounds, onehot
 from .syntax import JNP
@@ -148,7 +148,7 @@ def lane_only_values(ir: KernelIR) -> set[int]:
                 if v is None or v.rank == 0 or v.id in feeders or v.op is None:
                     continue
                 feeders.add(v.id)
-                stack.extend(v.op.operands)
+                stack.extend(v.op.operands + index_values(v.op))  # a nested gather's index
     users: dict[int, list[Op]] = {}
     for op in ir.body.walk():
         for v in op.operands:

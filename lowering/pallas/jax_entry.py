@@ -10,6 +10,7 @@ from kernel_dsl.dtypes import TORCH_TO_IR
 from kernel_dsl.errors import BackendError
 from kernel_dsl.runtime_scalars import HIDDEN_SHAPE, is_runtime
 
+from .. import phases
 from .runner import jax, jax_function  # JAX comes through .runner, kept off libtpu without a TPU
 
 _JAX_TO_TORCH = {jax.numpy.dtype(str(t).replace("torch.", "")) if t is not torch.bool else
@@ -56,7 +57,10 @@ class JaxKernel:
                     "does not run yet", ir.loc,
                     "apply those views and that host code to the arrays before and after the "
                     "call, and index and return the kernel's own arguments and outputs")
-            fn = jax_function(gen, self.interpret)
+            if gen.entry == phases.ENTRY:  # kd.barrier(): the phases' functions in order
+                fn = phases.compile(lambda g, _ir: jax_function(g, self.interpret), gen)
+            else:
+                fn = jax_function(gen, self.interpret)
             self._fns[key] = fn
         # a float argument is a runtime scalar: one more [1, 1] f32 input (runtime_scalars.py)
         outs = fn(*[a if hasattr(a, "shape") else jax.numpy.full(HIDDEN_SHAPE, a, jax.numpy.float32)

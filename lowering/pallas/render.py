@@ -7,7 +7,7 @@ from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
 from kernel_dsl.tile_bounds import multiple_of
 
 from .. import Generated
-from . import bounds, gather, onehot, tpu_shapes
+from . import bounds, dyn_lane, gather, onehot, tpu_shapes
 from .call import Scratch, pallas_call, twins_of
 from .plan import SMEM_MAX_ELEMS, LoopPhase, Plan, covers, plan_for
 from .syntax import JNP, lit, tup
@@ -185,6 +185,8 @@ class _KernelWriter:
             return gather.render_scatter(self, op, x)
         if gather.dyn_row(self.plan, op) is not None:
             return gather.render_dyn_row(self, op, x)
+        if dyn_lane.dyn_lane(self.plan, op) is not None:
+            return dyn_lane.render(self, op, x)
         ref = self.ref_index(op)
         at = op.attrs.get("atomic")
         if at:  # TPU has no atomics; grid steps run in order on one core (plan.shared)

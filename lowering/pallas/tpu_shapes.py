@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kernel_dsl.errors import BackendError
-from kernel_dsl.ir import KernelIR, TileVar, Value, shape_str
+from kernel_dsl.ir import KernelIR, Op, TileVar, Value, shape_str
 from kernel_dsl.tile_bounds import multiple_of
 
 if TYPE_CHECKING:
@@ -24,6 +24,8 @@ def check(ir: KernelIR, target: str, eb: Any) -> None:
     if target != "tpu-v4":
         return
     for op in ir.body.walk():
+        if op.kind == "reduce":
+            _check_minor_reduce(op, target, eb)
         if op.kind != "reshape":
             continue
         x, r = op.operands[0], op.result
@@ -61,3 +63,22 @@ def check_lane_offsets(ir: KernelIR, plan: "Plan", target: str) -> None:
                 "start the loop at an aligned bound (`kd.tile(begin // 128 * 128, end)` with a "
                 "mask for the lanes below begin), or run it in interpret mode or on another "
                 "backend")
+
+
+def _check_minor_reduce(op: Op, target: str, eb: Any) -> None:
+    """tpu-v4 (libtpu 0.0.52): a reduction over the minor axis of a rank >= 3 value whose
+    result keeps the sublane axis, now minor (`tmp[tm, tn, :].sum(-1)`, Helion's
+    split_k_barrier, 16 or 32 lanes), needs a sublane-to-lane move Mosaic lowers to
+    `xir.dynamic_gather`, which v4 does not legalize ("failed to legalize operation
+    'xir.dynamic_gather'")."""
+    x = op.operands[0]
+    if x.rank < 3 or op.attrs["axis"] != x.rank - 1 or op.attrs.get("keepdim"):
+        return
+    sub, lanes = ((eb(d) if isinstance(d, TileVar) else d) for d in x.shape[-2:])
+    if sub > 1 and lanes < LANES:  # seen with 16 and 32 lanes (split_k); wider ones not seen
+        raise BackendError(
+            f"{target} cannot reduce the minor axis of a {shape_str(x.shape)} value into "
+            f"{shape_str(op.result.shape)}: the result's lanes come from sublanes, a move its "
+            "compiler does not lower (Mosaic: failed to legalize 'xir.dynamic_gather')", op.loc,
+            "make the reduced axis a leading one (`tmp` as [split_k, m, n], summed over dim "
+            "0), or target tpu-v5e or newer")

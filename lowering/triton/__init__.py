@@ -12,10 +12,12 @@ from kernel_dsl.config import Config, ConfigSpace
 from kernel_dsl.ir import KernelIR
 
 from .. import Generated
+from ..phases import phased
 from .render import render as _render
 from .space import config_space, default_config
 
 
+@phased  # kd.barrier(): one launch per grid loop, in order (lowering/phases.py)
 class TritonBackend:
     name = "triton"
     cpu_target = "cpu"
