@@ -111,7 +111,8 @@ def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos:
                 m_i, l_i, acc = _online_step(qb, k[tb, tk, :], v[tb, tk, :], m_i, l_i, acc, scale,
                                              tk.index[None, None, :] <= limit if causal else None)
         l_safe = torch.where(l_i == 0.0, 1.0, l_i)
-        out[tb, tq, :] = (acc / l_safe).to(out.dtype)
+        # one reciprocal per row, then a multiply: the EUP divides [tq, 1], not [tq, dv]
+        out[tb, tq, :] = (acc * (1.0 / l_safe)).to(out.dtype)
         # log of l_safe (>= 1 where a key is seen): no log(0), which Trainium's ScalarE
         # does not define; a row that sees no key gets lse = -inf
         lse[tb, tq, :] = torch.where(l_i == 0.0, NEG_INF, m_i + torch.log(l_safe))
