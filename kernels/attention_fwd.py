@@ -117,3 +117,21 @@ def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos:
         # does not define; a row that sees no key gets lse = -inf
         lse[tb, tq, :] = torch.where(l_i == 0.0, NEG_INF, m_i + torch.log(l_safe))
     return out, lse
+
+
+def positions_for_check(qpos_at: int) -> Any:
+    """`cpu_check_inputs` for the autotuner's CPU check (autotune/tuner.py): its random inputs
+    put random integers in `qpos`, but causal block skipping assumes each folded row's query
+    position (r % seq_q, as `attention.py` passes); with random ones two configs that skip
+    different blocks disagree, and a correct config is rejected as wrong."""
+    def fix(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        qpos, seq_q = args[qpos_at], args[qpos_at + 4]
+        rows = qpos.shape[0]
+        if not args[qpos_at + 2] or rows == 1:  # not causal: qpos is never read
+            return args
+        pos = torch.arange(rows, dtype=torch.int32) % (seq_q or rows)
+        return (*args[:qpos_at], pos.reshape(rows, 1), *args[qpos_at + 1:])
+    return fix
+
+
+flash_attention_fwd.cpu_check_inputs = positions_for_check(3)
