@@ -274,7 +274,7 @@ def section_shipped(data: Any, pub: Any = None) -> list[str]:
            "(rendered code identical). Two re-tuned dK/dV rows model slower than before (v6e "
            "8x8192 +1%, TPU7x 8x8192 +4%): the earlier configs needed 117 of 128 and 64 of 64 "
            "MiB of VMEM, past the autotuner's 20% headroom. Non-causal attention: v6e forward at "
-           "B*H=8 (S=512, 2048, 8192) and B*H=64 S=512 re-tuned "
+           "B*H=8 (S=512, 2048, 8192) and B*H=64 (S=512, 8192) re-tuned "
            "(`--no-causal --only flash_attention_fwd --target tpu-v6e --budget 240 --top-k 1 "
            "--timeout 1200`; its B*H=64 S=2048 first pick timed out in compile); every other "
            "entry is still the earlier tuning's (the uncalibrated model, blocks "
