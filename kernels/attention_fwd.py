@@ -125,10 +125,11 @@ def positions_for_check(qpos_at: int) -> Any:
     position (r % seq_q, as `attention.py` passes); with random ones two configs that skip
     different blocks disagree, and a correct config is rejected as wrong."""
     def fix(args: tuple[Any, ...]) -> tuple[Any, ...]:
-        qpos, seq_q = args[qpos_at], args[qpos_at + 4]
+        qpos = args[qpos_at]
         rows = qpos.shape[0]
-        if not args[qpos_at + 2] or rows == 1:  # not causal: qpos is never read
-            return args
+        if len(args) <= qpos_at + 2 or not args[qpos_at + 2] or rows == 1:
+            return args  # not causal: qpos is never read
+        seq_q = args[qpos_at + 4] if len(args) > qpos_at + 4 else 0  # seq_q defaults to 0
         pos = torch.arange(rows, dtype=torch.int32) % (seq_q or rows)
         return (*args[:qpos_at], pos.reshape(rows, 1), *args[qpos_at + 1:])
     return fix

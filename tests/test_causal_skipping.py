@@ -196,3 +196,6 @@ def test_autotuner_cpu_check_keeps_qpos_positions(kernel_name: str) -> None:
     want = kernel.run_cpu("pallas", small, default)
     got = kernel.run_cpu("pallas", small, cfg)
     assert tuner._same(list(got), list(want)) == ""
+    # non-causal calls leave qpos alone, with or without the defaulted trailing scalars
+    plain = args[:-5] + (0.125, False, 0)
+    assert kernel.cpu_check_inputs(plain) is plain
