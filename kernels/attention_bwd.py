@@ -22,7 +22,7 @@ import torch
 
 import kernel_dsl as kd
 
-from .attention_fwd import key_split
+from .attention_fwd import key_split, positions_for_check
 from .base import library_kernel
 
 F32 = torch.float32
@@ -163,3 +163,7 @@ def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do
                                   tk.index[None, None, :] <= limit if causal else None)
         dq[tb, tq, :] = (dq_acc * scale).to(dq.dtype)
     return dq
+
+
+flash_attention_bwd_dkv.cpu_check_inputs = positions_for_check(6)
+flash_attention_bwd_dq.cpu_check_inputs = positions_for_check(6)

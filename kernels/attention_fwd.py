@@ -111,8 +111,28 @@ def flash_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qpos:
                 m_i, l_i, acc = _online_step(qb, k[tb, tk, :], v[tb, tk, :], m_i, l_i, acc, scale,
                                              tk.index[None, None, :] <= limit if causal else None)
         l_safe = torch.where(l_i == 0.0, 1.0, l_i)
-        out[tb, tq, :] = (acc / l_safe).to(out.dtype)
+        # one reciprocal per row, then a multiply: the EUP divides [tq, 1], not [tq, dv]
+        out[tb, tq, :] = (acc * (1.0 / l_safe)).to(out.dtype)
         # log of l_safe (>= 1 where a key is seen): no log(0), which Trainium's ScalarE
         # does not define; a row that sees no key gets lse = -inf
         lse[tb, tq, :] = torch.where(l_i == 0.0, NEG_INF, m_i + torch.log(l_safe))
     return out, lse
+
+
+def positions_for_check(qpos_at: int) -> Any:
+    """`cpu_check_inputs` for the autotuner's CPU check (autotune/tuner.py): its random inputs
+    put random integers in `qpos`, but causal block skipping assumes each folded row's query
+    position (r % seq_q, as `attention.py` passes); with random ones two configs that skip
+    different blocks disagree, and a correct config is rejected as wrong."""
+    def fix(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        qpos = args[qpos_at]
+        rows = qpos.shape[0]
+        if len(args) <= qpos_at + 2 or not args[qpos_at + 2] or rows == 1:
+            return args  # not causal: qpos is never read
+        seq_q = args[qpos_at + 4] if len(args) > qpos_at + 4 else 0  # seq_q defaults to 0
+        pos = torch.arange(rows, dtype=torch.int32) % (seq_q or rows)
+        return (*args[:qpos_at], pos.reshape(rows, 1), *args[qpos_at + 1:])
+    return fix
+
+
+flash_attention_fwd.cpu_check_inputs = positions_for_check(3)
