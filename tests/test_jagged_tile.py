@@ -295,8 +295,18 @@ def test_every_pallas_config_of_the_examples(example: str) -> None:
     cfgs = list(kernel.configs(*args, backend="pallas"))
     if len(cfgs) > 100:
         cfgs = _spread(cfgs, 24)
+    ran = 0
     for cfg in cfgs:
-        _check(kernel.run_cpu("pallas", args, cfg)[0], want)
+        # blocks up to 4096 (space.py) can make the one-hot over 4 MiB: a ConfigError at render,
+        # which the autotuner records as a failed candidate and never picks (tuner.objective)
+        try:
+            got = kernel.run_cpu("pallas", args, cfg)[0]
+        except ConfigError as e:
+            assert "one-hot select over the resident row" in str(e), str(e)
+            continue
+        _check(got, want)
+        ran += 1
+    assert ran >= max(1, len(cfgs) // 2), (ran, len(cfgs))
 
 
 def test_pallas_jagged_gathers_are_exact() -> None:
