@@ -71,6 +71,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+from _results import write_json  # noqa: E402
 from dsl_kernels import attention, layer_norm, matmul  # noqa: E402
 from published_table import show  # noqa: E402
 
@@ -600,9 +601,7 @@ def main() -> None:
     res = run(ns.data, items)
     res["wall_s"] = round(time.monotonic() - t0, 1)
     show(res)
-    os.makedirs(os.path.dirname(ns.json), exist_ok=True)
-    with open(ns.json, "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(ns.json, res)
     print(f"wrote {ns.json} ({res['wall_s']} s)")
 
 
