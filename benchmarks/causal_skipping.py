@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import torch
+from _results import write_json
 
 import kernel_dsl as kd
 from kernel_dsl.autotune import cost_model
@@ -341,9 +342,7 @@ def main() -> None:
     ns = ap.parse_args()
     data = {"modelled": modelled(), "backward": modelled_backward(),
             "measured": None if ns.no_measure else measured()}
-    os.makedirs(os.path.dirname(ns.json), exist_ok=True)
-    with open(ns.json, "w") as f:
-        json.dump(data, f, indent=1)
+    write_json(ns.json, data)
     print(f"wrote {ns.json}")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from _results import write_json  # noqa: E402
 from dsl_kernels import attention, layer_norm, matmul, softmax_two_pass  # noqa: E402
 
 from kernel_dsl.autotune import cost_model  # noqa: E402
@@ -172,9 +173,7 @@ def main() -> None:
         rows = sorted([r for r in old if (r["kernel"], r["target"]) not in new] + rows,
                       key=lambda r: (order.index(r["kernel"]) if r["kernel"] in order else 99,
                                      r["target"]))
-    os.makedirs(os.path.dirname(ns.json), exist_ok=True)
-    with open(ns.json, "w") as f:
-        json.dump({"command": "python benchmarks/offline_tpu.py", "rows": rows}, f, indent=1)
+    write_json(ns.json, {"command": "python benchmarks/offline_tpu.py", "rows": rows})
     for p in roofline(rows, ns.plots):
         print("wrote", p)
 

@@ -34,6 +34,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import published_compare as pc  # noqa: E402
+from _results import write_json  # noqa: E402
 
 from kernel_dsl.lowering.pallas.vmem import fits_vmem  # noqa: E402
 
@@ -129,9 +130,7 @@ def main() -> None:
     res = run(ns.data)
     res["wall_s"] = round(time.monotonic() - t0, 1)
     show(res)
-    os.makedirs(os.path.dirname(ns.json), exist_ok=True)
-    with open(ns.json, "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(ns.json, res)
     print(f"wrote {ns.json} ({res['wall_s']} s)")
 
 

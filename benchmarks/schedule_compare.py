@@ -26,6 +26,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import published_compare as pc  # noqa: E402
+from _results import write_json  # noqa: E402
 
 from kernel_dsl.autotune import schedule  # noqa: E402
 
@@ -133,9 +134,7 @@ def main() -> None:
         for k, v in res[name].items():
             print(f"{name} {k}: {v}")
     print(f"per candidate: {res['per_candidate_wall_s']}; {len(profiles)} compiles")
-    os.makedirs(os.path.dirname(ns.json), exist_ok=True)
-    with open(ns.json, "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(ns.json, res)
     print(f"wrote {ns.json} ({res['wall_s']} s)")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import dtypes
+from .device_dot import dot
 from .device_math import _float_in
 from .device_ops import (
     METHODS,
@@ -20,7 +21,6 @@ from .device_ops import (
     binary,
     cast,
     cast_v,
-    dot,
     reduce,
     unary,
     where,

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from . import dtypes
+from .device_dot import dot
 from .device_ops import (
     INT_BINARY,
     METHODS,
@@ -29,7 +30,6 @@ from .device_ops import (
     cast,
     cast_v,
     const,
-    dot,
     full,
     mean,
     permute,

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import block_arith, block_dims, device_ops, tile_bounds, widened
+from . import block_arith, block_dims, device_dot, device_ops, tile_bounds, widened
 from .device_ops import Tile, TileValue
 from .errors import KernelSyntaxError, LoopScopeError
 from .ir import BlockSym, Op, Region, Value, shape_str
@@ -349,4 +349,4 @@ def dot(a: Any, b: Any, acc: Any = None, out_dtype: torch.dtype | None = None) -
     dtype, f32 for float8)."""
     if isinstance(a, widened.Merged) or isinstance(b, widened.Merged):  # int4_gemm's operands
         return widened.merged_dot(a, b, acc, out_dtype)
-    return device_ops.dot(a, b, acc, out_dtype)
+    return device_dot.dot(a, b, acc, out_dtype)

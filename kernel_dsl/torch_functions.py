@@ -8,6 +8,7 @@ import torch
 from . import device_composites as dc
 from . import device_math as dm
 from . import device_positional as dp
+from .device_dot import dot
 from .device_ops import (
     SUPPORTED_HINT,
     TileValue,
@@ -16,7 +17,6 @@ from .device_ops import (
     binary,
     broadcast,
     clamp,
-    dot,
     expand_dims,
     full,
     mean,

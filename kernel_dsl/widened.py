@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from .device_ops import Tile, TileValue, _emit, cast_v, dot
+from .device_dot import dot
+from .device_ops import Tile, TileValue, _emit, cast_v
 from .errors import ShapeError
 from .ir import TileVar, Value, shape_str
 from .tracing import user_loc

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from kernel_dsl import tile_bounds
-from kernel_dsl.config import Config, block_values, is_ragged
+from kernel_dsl.config import Config, is_ragged
 from kernel_dsl.dtypes import IR_TO_TORCH
-from kernel_dsl.errors import BackendError, ConfigError, UnsupportedOpError
+from kernel_dsl.errors import BackendError, UnsupportedOpError
 from kernel_dsl.ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
 
 from .. import Generated
@@ -28,7 +28,6 @@ from .exprs import (
     SCAN_COMBINE,
     SIG,
     TL,
-    TORCH,
     bf16_full,
     cast,
     elementwise,
@@ -38,7 +37,8 @@ from .exprs import (
     narrow,
     up,
 )
-from .layout import MAX_NUMEL, MIN_DOT, Layout, make_layout, max_numel
+from .grid import TARGETS, grid_header, launcher, make_layout_for, prod
+from .layout import MIN_DOT, Layout
 from .space import check_knobs
 
 INT32_MAX = 2**31 - 1
@@ -144,13 +144,13 @@ class _KernelWriter:
         user's bug, its lanes unspecified) and masked for stores (such lanes write nothing)."""
         rank = sum(ix.scalar.rank if ix.kind == "gather" else 1  # type: ignore[union-attr]
                    for ix in index if ix.kind not in ("int", "dyn"))
-        wide = _numel(p.shape) > INT32_MAX  # offsets past 2**31 need int64 arithmetic
+        wide = prod(p.shape) > INT32_MAX  # offsets past 2**31 need int64 arithmetic
         terms: list[str] = []
         masks: list[str] = []
         const = 0
         pos = 0
         for axis, ix in enumerate(index):
-            stride = _numel(p.shape[axis + 1:])
+            stride = prod(p.shape[axis + 1:])
             if ix.kind == "int":
                 const += ix.value * stride
                 continue
@@ -406,7 +406,7 @@ class _KernelWriter:
         xb = self.fill_padding(ins[1], b, b.rank - 2, fill_lit(0, b.dtype))  # be 0 on both sides
         la, lb = lay.shape(a.shape), lay.shape(b.shape)
         m, k, n = la[-2], la[-1], lb[-1]
-        batch = _prod(la[:-2])
+        batch = prod(la[:-2])
         lead = [batch] if batch > 1 else []
         if a.rank > 2 or xa != ins[0]:
             em.line(f"v{r.id}_a = " + (f"tl.reshape({xa}, {shape_list(lead + [m, k])})"
@@ -511,111 +511,6 @@ def rounded(value: Any, dtype: str) -> Any:
     return value
 
 
-def _numel(shape: Any) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _prod(xs: list[int]) -> int:
-    return _numel(xs)
-
-
-def make_layout_for(ir: KernelIR, config: Config) -> Layout:
-    """The layout of `config`, refused where a value exceeds what Triton can hold."""
-    layout = make_layout(ir, block_values(ir, config))
-    numel, where = max_numel(ir, layout)
-    if numel > MAX_NUMEL:
-        loc = where.op.loc if where is not None and where.op is not None else ir.loc
-        raise ConfigError(f"{config!r} gives a value of {numel} elements in one program; "
-                          f"Triton holds at most {MAX_NUMEL}", loc,
-                          "use smaller block sizes, or tile the `:` axes of large dims with "
-                          "`kd.tile` instead of loading them whole")
-    return layout
-
-
-def _split(w: _KernelWriter, pid: str, tiles: list[TileVar]) -> None:
-    """Row-major: the block index of each tile from `pid`, the last tile fastest."""
-    counts = [w.lay.nb(t) for t in tiles]
-    inner = _prod(counts)
-    for t, c in zip(tiles, counts):
-        inner //= c
-        if c == 1:
-            w.em.line(f"i_{t!r} = 0")
-        elif inner == 1:
-            w.em.line(f"i_{t!r} = {pid} % {c}")
-        elif t is tiles[0]:
-            w.em.line(f"i_{t!r} = {pid} // {inner}")
-        else:
-            w.em.line(f"i_{t!r} = {pid} // {inner} % {c}")
-
-
-def _grid_header(w: _KernelWriter, group: int) -> int:
-    """Block indices of the grid tiles from one flat program id; returns the program count.
-
-    With `group_m` > 1 the last two grid tiles are walked in groups of `group_m` rows, column by
-    column (Triton's matmul tutorial): programs running at the same time then share blocks of
-    both operands in L2 instead of streaming one operand whole."""
-    grid = w.ir.grid
-    counts = [w.lay.nb(t) for t in grid]
-    total = _prod(counts)
-    if len(counts) == 1:
-        w.em.line(f"i_{grid[0]!r} = tl.program_id(0)")
-    elif group <= 1 or counts[-1] == 1 or counts[-2] <= group:
-        w.em.line(f"pid = tl.program_id(0)  # {' x '.join(map(str, counts))} programs, "
-                  "the last tile fastest")
-        _split(w, "pid", grid)
-    else:
-        tm, tn = grid[-2:]
-        cm, cn = counts[-2:]
-        em = w.em
-        em.line(f"pid = tl.program_id(0)  # {' x '.join(map(str, counts))} programs; "
-                f"{tm!r} x {tn!r} in groups of {group} rows of tiles")
-        if len(grid) > 2:
-            _split(w, f"(pid // {cm * cn})", grid[:-2])
-            em.line(f"pid_mn = pid % {cm * cn}")
-        else:
-            em.line("pid_mn = pid")
-        em.line(f"first = pid_mn // {group * cn} * {group}")
-        em.line(f"rows = tl.minimum({cm} - first, {group})")
-        em.line(f"i_{tm!r} = first + pid_mn % rows")
-        em.line(f"i_{tn!r} = pid_mn % {group * cn} // rows")
-    for t in grid:
-        w.tile_header(t, f"i_{t!r}")
-    return total
-
-
-TARGETS = ("cuda", "cpu")
-
-
-def _launcher(ir: KernelIR, kname: str, programs: int, warps: int, stages: int) -> list[str]:
-    """The host function: allocates the outputs (filled first where the IR says `init`), launches
-    one program per grid point and returns the outputs the kernel returns."""
-    taken = {"torch", "triton", "tl", kname}
-    names = {p.name: p.name + "_" if p.name in taken else p.name for p in ir.params}
-    ins, outs = ir.inputs, ir.outputs
-    first = names[ins[0].name]
-    lines = [f"def {ir.name}({', '.join(names[p.name] for p in ins)}):",
-             f'    """{", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ins)} -> '
-             f'{", ".join(p.name for p in ir.returns)}, fresh tensors on the inputs\' device."""']
-    lines += [f"    {names[p.name]} = {names[p.name]}.contiguous()" for p in ins]
-    for p in outs:
-        shape, dt = tuple(p.shape), TORCH[p.dtype]
-        if p.init is None:
-            lines.append(f"    {names[p.name]} = torch.empty({shape}, dtype={dt}, device={first}.device)")
-        else:
-            init = p.init if p.dtype in ("f32", "bf16", "f16") else int(p.init)
-            lines.append(f"    {names[p.name]} = torch.full({shape}, {lit(init)}, dtype={dt}, "
-                         f"device={first}.device)")
-    args = ", ".join(names[p.name] for p in ins + outs)
-    rets = [names[p.name] for p in ir.returns]
-    lines += [f"    {kname}[({programs},)]({args}, num_warps={warps}, num_stages={stages})",
-              f"    return ({rets[0]},)" if len(rets) == 1 else f"    return ({', '.join(rets)})",
-              ""]
-    return lines
-
-
 def render(ir: KernelIR, config: Config, target: str) -> Generated:
     """`target` "cuda" is the GPU kernel; "cpu" the same kernel for Triton's interpreter, except
     that bf16 dot operands are widened to f32 there and bf16 results rounded by `_to_bf16` (the
@@ -626,7 +521,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
     num_warps, num_stages, group = check_knobs(ir, config)
     layout = make_layout_for(ir, config)
     w = _KernelWriter(ir, layout, target)
-    programs = _grid_header(w, group)
+    programs = grid_header(w, group)
     header_end = len(w.em.lines)
     for op in ir.body.ops:
         w.op(op)
@@ -651,7 +546,7 @@ def render(ir: KernelIR, config: Config, target: str) -> Generated:
         src += [fn, ""]
     src += ["", "@triton.jit", f"def {kname}({', '.join(f'{p.name}_ptr' for p in ins + outs)}):",
             *body, "", ""]
-    src += _launcher(ir, kname, programs, num_warps, num_stages)
+    src += launcher(ir, kname, programs, num_warps, num_stages)
     meta = {"kernel": kname, "grid": (programs,), "num_warps": num_warps,
             "num_stages": num_stages,
             "outputs": [(p.name, tuple(p.shape), p.dtype, p.init) for p in outs],
