@@ -229,7 +229,9 @@ def test_offline_autotune_bf16_matmul_within_budget(n: int, target: str) -> None
     args = (E(n, n, dtype=BF), E(n, n, dtype=BF))
     t0 = time.monotonic()
     res = matmul.autotune(*args, target=target, budget=150)
-    assert time.monotonic() - t0 < 180
+    # the documented bound: the budget plus one candidate timeout (120 s), as a compile begun
+    # before the budget ends may run to its timeout (blocks up to 4096 compile for minutes)
+    assert time.monotonic() - t0 < 150 + 120 + 30
     assert res.best is not None and res.best_candidate.status == "ok", res.table()
     assert 0.3 < res.best_candidate.utilization <= 1.0
     assert matmul.check(*args, targets=[target], config=res.best, measure_vmem=False).ok
