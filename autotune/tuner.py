@@ -5,7 +5,10 @@ Evaluators:
   the VMEM estimate prunes ones that cannot fit, and the real TPU compiler (libtpu compile-only
   targets, in isolated worker processes with a timeout) must accept a config before it can
   win. The winner is also run in Pallas interpret mode on CPU on a reduced problem (each tiled
-  dim cut to at most two of its blocks) and compared with the default config's output.
+  dim cut to at most two of its blocks) and compared with a reference config's output: the
+  default config with each block raised to at least a quarter of the winner's (a different
+  tiling of the same reduced problem, at most eight blocks a dim). Its compile settles
+  feasibility; the compiler's VMEM need is measured for the winner alone, in the budget.
 - "interpret" (the CPU target): runs each candidate on this machine's CPU through the backend's
   interpreter on the real arguments, compared with the default config's output. Its times are
   plumbing, never performance.
@@ -176,7 +179,7 @@ def _reduced_args(ir: KernelIR, args: tuple[Any, ...], config: Config) -> tuple[
     return tuple(out)
 
 
-def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> str:
+def _same(a: list[torch.Tensor], b: list[torch.Tensor], ref: str = "the default config's") -> str:
     for x, y in zip(a, b):
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"output {tuple(x.shape)} {x.dtype}, expected {tuple(y.shape)} {y.dtype}"
@@ -186,9 +189,9 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> str:
             bad = ~torch.isclose(xf, yf, atol=tol * (yf.abs().max().item() + 1), rtol=tol,
                                  equal_nan=True)
             if bad.any():
-                return f"{int(bad.sum())} of {x.numel()} outputs differ from the default config's"
+                return f"{int(bad.sum())} of {x.numel()} outputs differ from {ref}"
         elif not torch.equal(x, y):
-            return "integer outputs differ from the default config's"
+            return f"integer outputs differ from {ref}"
     return ""
 
 
@@ -226,7 +229,8 @@ def _execute(runner: CandidateRunner, kernel: Any, ir: KernelIR, backend: str,
 
 def _verify_on_cpu(runner: CandidateRunner, kernel: Any, ir: KernelIR, args: tuple[Any, ...],
                    backend: str, cfg: Config, timeout: float, left: Callable[[], float]) -> Outcome:
-    """Runs `cfg` and the default config on a reduced problem; "ok" if the outputs agree."""
+    """Runs `cfg` and a reference config (`_reference_config`) on a reduced problem; "ok" if
+    the outputs agree."""
     small = _reduced_args(ir, args, cfg)
     # random inputs must still keep a kernel's input contract (attention's qpos are positions,
     # which its causal block skipping assumes): a kernel may say how (`cpu_check_inputs`)
@@ -235,18 +239,52 @@ def _verify_on_cpu(runner: CandidateRunner, kernel: Any, ir: KernelIR, args: tup
         small = fix(small)
     try:
         small_ir = kernel.ir(*small)
-        default = kernel.default_config(*small, backend=backend)
+        default = _reference_config(lowering.get(backend), small_ir, cfg)
     except KernelError as e:
         return Outcome("failed", message=f"failed on CPU: {e.message}")
     runs = []
     for c in (default, cfg):
         o = _execute(runner, kernel, small_ir, backend, small, c, timeout, left())
         if o.status != "ok":
-            which = "the default config" if c is default else "this config"
+            which = f"the reference config {default!r}" if c is default else "this config"
             return Outcome(o.status, message=f"{which} on CPU, reduced problem: {o.message}")
         runs.append(o.outputs)
-    why = _same(runs[1], runs[0])
+    why = _same(runs[1], runs[0], f"the reference config's ({default!r})")
     return Outcome("wrong", message=why) if why else Outcome("ok")
+
+
+def _reference_config(be: Any, small_ir: KernelIR, cfg: Config) -> Config:
+    """The config a candidate's CPU output is compared with: the default config (small blocks,
+    the most exercised) with each positional block raised to at least a quarter of the
+    candidate's, the smallest such value of the space. On the reduced problem (two of the
+    candidate's blocks a dim) that is a different tiling of at most eight blocks a dim; the
+    default itself interpreted 32768 grid steps where an 8192^3 matmul's 2048-blocks cut it to
+    4096^3, past the candidate timeout. The default where the raised config does not render."""
+    default = be.default_config(small_ir, be.cpu_target)
+    space = be.config_space(small_ir, be.cpu_target)
+    if len(default.block_sizes) != len(cfg.block_sizes):
+        return default
+    blocks = []
+    for d, c, choices in zip(default.block_sizes, cfg.block_sizes, space.positional):
+        above = [v for v in choices if v >= max(d, c // 4)]
+        blocks.append(min(above) if above and d in choices else d)
+    ref = default.replace(block_sizes=blocks)
+    try:
+        be.render(small_ir, ref, be.cpu_target)
+    except KernelError:
+        return default
+    return ref
+
+
+def _measured_vmem(be: Any, ir: KernelIR, cfg: Config, target: str, timeout: float,
+                   deadline: float) -> int | None:
+    """The winner's VMEM need, asked of the compiler (the smallest limit it accepts), within
+    the budget: an extra, so it never stretches a run past it. None where the budget would run
+    out first or any limit compiles (the winner stands either way)."""
+    if deadline - time.monotonic() <= 0:
+        return None
+    e = be.check(ir, [be.render(ir, cfg, target)], timeout, True, deadline=deadline)[0]
+    return e.vmem_used if e.ok else None
 
 
 def _from_record(r: dict[str, Any]) -> Candidate:
@@ -355,7 +393,9 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
             if fresh:
                 progress(f"compiling {len(fresh)} candidates for {target}")
                 gens = [be.render(ir, Config.from_json(c.config), target) for c in fresh]
-                for c, e in zip(fresh, be.check(ir, gens, timeout, True, deadline=hard)):
+                # feasibility only: measuring VMEM searches the limit (up to ten compiles), which
+                # at 8192^3 took 4096-wide blocks ~115 s each; the winner alone is measured below
+                for c, e in zip(fresh, be.check(ir, gens, timeout, False, deadline=hard)):
                     c.vmem_used = e.vmem_used
                     if e.ok:
                         c.status = "compiled"
@@ -371,12 +411,13 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
                 if c.status != "compiled" or res.best is not None:
                     continue
                 cfg = Config.from_json(c.config)
-                progress(f"checking {cfg!r} against the default config on CPU")
+                progress(f"checking {cfg!r} against a reference config on CPU")
                 o = _verify_on_cpu(runner, kernel, ir, args, backend, cfg, timeout, left)
                 c.status, c.reason = o.status, o.message
                 if o.status == "ok":
                     res.best = cfg
                     res.verified = "compiled for the target; output checked on CPU, reduced problem"
+                    c.vmem_used = _measured_vmem(be, ir, cfg, target, timeout, deadline)
             for c in batch:
                 if c.status == "compiled":  # compiled, not verified: the search ended first
                     c.status = "unverified"

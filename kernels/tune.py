@@ -7,8 +7,8 @@
 
 For each library kernel at the common shapes below, `kernel.autotune(..., target=...)` (the
 "model" evaluator: the analytical cost model ranks the config space, the VMEM estimate prunes,
-libtpu's compile-only target must accept the winner, whose output is then checked against the
-default config on CPU) picks a config; the winners go to the target's JSON file with their
+libtpu's compile-only target must accept the winner, whose output is then checked against a
+reference config on CPU) picks a config; the winners go to the target's JSON file with their
 modelled time and measured VMEM. `tuned.py` loads them at run time. Runs without a TPU.
 Tuning state goes to a fresh cache directory, so the user's autotuning cache is not touched.
 """
@@ -217,10 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="tune all but the block-skipping causal attention problems (merged in: "
                          "the causal entries stay as they are)")
     ap.add_argument("--top-k", type=int, default=4,
-                    help="candidates compiled per batch (each compile also measures its VMEM: "
-                         "several compiles; 1 where big-tile compiles are slow)")
+                    help="candidates compiled per batch (the winner's VMEM is then measured: "
+                         "several compiles, within the budget)")
     ap.add_argument("--timeout", type=float, default=120.0,
-                    help="seconds per candidate compile (VMEM search included)")
+                    help="seconds per candidate compile, and per CPU check run")
     ap.add_argument("--refresh-vmem", action="store_true",
                     help="re-measure the shipped configs' VMEM only (no tuning)")
     a = ap.parse_args(argv)

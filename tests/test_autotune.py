@@ -219,14 +219,28 @@ def _faulty_candidates_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     assert res.failures()["failed"] >= 2
 
 
+def test_cpu_check_reference_is_a_cheap_different_tiling() -> None:
+    """The tuner's CPU check compares a winner with a reference config on a reduced problem
+    (two of the winner's blocks a dim): the default's blocks, raised to a quarter of the
+    winner's, so 2048-blocks cut to 4096^3 are checked against 512-blocks (8^3 interpreted
+    steps), not the default's 128-blocks (32768 steps, past the candidate timeout)."""
+    be = PallasBackend()
+    cfg = kd.Config([2048, 2048, 2048], loop_mode="grid")
+    small = tuner._reduced_args(matmul.ir(E(8192, 8192, dtype=BF), E(8192, 8192, dtype=BF)),
+                                (E(8192, 8192, dtype=BF), E(8192, 8192, dtype=BF)), cfg)
+    assert [tuple(a.shape) for a in small] == [(4096, 4096), (4096, 4096)]
+    ref = tuner._reference_config(be, matmul.ir(*small), cfg)
+    default = be.default_config(matmul.ir(*small), be.cpu_target)
+    assert ref.block_sizes == (512, 512, 512) and ref.knobs == default.knobs and ref != cfg
+    # small candidates keep the default's blocks (never below them)
+    few = tuner._reference_config(be, matmul.ir(E(256, 256), E(256, 256)), kd.Config([128, 128, 128]))
+    assert few.block_sizes == default.block_sizes
+
+
 # -- offline TPU tuning at real sizes: slow tier ------------------------------------------------
-# KNOWN REGRESSION (stop 28, open on issue 17): since the space takes blocks up to 4096, an 8192^3
-# tune on v5e/v6e spends its 150 s on one 4096-block compile that runs to its timeout and ends
-# with no verified winner. The fix belongs in the tuner's verification order, not here.
-_SLOW_COMPILE = pytest.mark.xfail(strict=False, reason="8192^3 on v5e/v6e: the top-ranked 4096-block "
-                                  "compile outlasts the budget (no verified winner)")
-CASES = [pytest.param(t, n, marks=_SLOW_COMPILE if n == 8192 and t != "tpu-v7x" else ())
-         for t in ("tpu-v5e", "tpu-v6e", "tpu-v7x") for n in (4096, 8192)]
+# 8192^3 on v5e/v6e once spent the budget on the CPU check's reference run (the default config,
+# 32768 interpreted steps at the reduced 4096^3) and on VMEM searches of every candidate
+CASES = [(t, n) for t in ("tpu-v5e", "tpu-v6e", "tpu-v7x") for n in (4096, 8192)]
 
 
 @pytest.mark.slow

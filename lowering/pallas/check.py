@@ -150,7 +150,7 @@ def _run_one(worker: Worker, job: Job, i: int, timeout: float, left: float,
     wait = min(timeout, left)
     ans = worker.ask({"id": i, "source": job.gen.source, "entry": job.gen.entry,
                       "specs": job.specs, "topology": tgt.topology, "target": job.gen.target,
-                      "measure_vmem": measure_vmem}, wait)
+                      "measure_vmem": measure_vmem, "wait_s": wait}, wait)
     if isinstance(ans, str):
         if ans == "timeout" and wait < timeout:  # the budget's end, not the kernel's fault
             return _entry(job, "failed", error_class=BUDGET, stage="compile", compile_s=wait,

@@ -6,6 +6,7 @@ never stops the others. Not an API: `python -m kernel_dsl.lowering.pallas.check_
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -77,12 +78,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         used, limit = parse_vmem(str(e))
         out.update(vmem_used=used, vmem_limit=limit)
     out["compile_s"] = round(time.perf_counter() - t0, 3)
-    if out["status"] == "ok" and job.get("measure_vmem", True):
-        # the limit it just compiled under bounds the search; the budget keeps the whole job
-        # well inside the caller's timeout (a few compiles' worth)
+    # the limit it just compiled under bounds the search; its budget (a few compiles' worth)
+    # keeps the whole job inside the caller's wait, else no figure rather than a cut-short one
+    budget = 5.0 + 8 * out["compile_s"]
+    if out["status"] == "ok" and job.get("measure_vmem", True) and \
+            out["compile_s"] + budget + 5.0 <= job.get("wait_s", math.inf):
         out["vmem_used"] = _measure_vmem(mod, job["entry"], specs, dev,
-                                         getattr(mod, "VMEM_LIMIT_BYTES", None),
-                                         5.0 + 8 * out["compile_s"])
+                                         getattr(mod, "VMEM_LIMIT_BYTES", None), budget)
     return out
 
 
