@@ -34,7 +34,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import published_compare as pc  # noqa: E402
-from _results import write_json  # noqa: E402
+from _results import save  # noqa: E402
 
 from kernel_dsl.lowering.pallas.vmem import fits_vmem  # noqa: E402
 
@@ -128,10 +128,8 @@ def main() -> None:
     ns = ap.parse_args()
     t0 = time.monotonic()
     res = run(ns.data)
-    res["wall_s"] = round(time.monotonic() - t0, 1)
     show(res)
-    write_json(ns.json, res)
-    print(f"wrote {ns.json} ({res['wall_s']} s)")
+    save(ns.json, res, t0)
 
 
 if __name__ == "__main__":

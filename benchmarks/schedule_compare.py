@@ -26,7 +26,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import published_compare as pc  # noqa: E402
-from _results import write_json  # noqa: E402
+from _results import save  # noqa: E402
 
 from kernel_dsl.autotune import schedule  # noqa: E402
 
@@ -119,7 +119,7 @@ def main() -> None:
                                  "schedule_plus_dma_issue": summary("schedule_issue_ratio",
                                                                     FLASH_TABLE),
                                  "analytical": summary("analytical_ratio", FLASH_TABLE)},
-           "rows": rows, "wall_s": round(time.monotonic() - t0, 1)}
+           "rows": rows}
     print(f"{'id':<62} {'blocks':<14} {'meas us':>8} {'anal us':>8} {'a/m':>5} "
           f"{'sched us':>8} {'s/m':>5} {'s+i/m':>5} {'bundles/step':>12} bound")
     for r in rows:
@@ -134,8 +134,7 @@ def main() -> None:
         for k, v in res[name].items():
             print(f"{name} {k}: {v}")
     print(f"per candidate: {res['per_candidate_wall_s']}; {len(profiles)} compiles")
-    write_json(ns.json, res)
-    print(f"wrote {ns.json} ({res['wall_s']} s)")
+    save(ns.json, res, t0)
 
 
 if __name__ == "__main__":

@@ -9,16 +9,15 @@ from __future__ import annotations
 import math
 
 import pytest
+import random_helpers as rh
 import torch
+from random_helpers import BACKENDS, SEEDS, TPU_TARGETS, like_seeds
 
 import kernel_dsl as kd
 from kernel_dsl.testing import reference_randn
 from kernel_dsl.testing.random import threefry2x32
 
-BACKENDS = ("pallas", "triton", "nki")
 EXACT = ("triton", "nki")
-TPU_TARGETS = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
-SEEDS = [0, 123, -1, 2**31 - 1, -(2**31), 2**40 + 5]
 
 
 def _agree(backend: str, got: torch.Tensor, want: torch.Tensor) -> None:
@@ -31,28 +30,9 @@ def _agree(backend: str, got: torch.Tensor, want: torch.Tensor) -> None:
         assert bool((err <= tol).all()), float(err.max())
 
 
-@kd.kernel
-def randn_1d(x: torch.Tensor, seed: int):
-    out = torch.empty_like(x)
-    for t in kd.tile(x.shape[0]):
-        out[t] = kd.randn([t], seed)
-    return out
-
-
-@kd.kernel
-def randn_2d_seed_t(x: torch.Tensor, seed_t: torch.Tensor):
-    out = torch.empty_like(x)
-    for tm, tn in kd.tile(x.shape):
-        out[tm, tn] = kd.randn([tm, tn], seed_t[0], offset=5)
-    return out
-
-
-@kd.kernel
-def randn_tile_and_int(x: torch.Tensor, seed: int):
-    out = torch.empty_like(x)
-    for tm in kd.tile(x.shape[0]):
-        out[tm, :] = kd.randn([tm, x.shape[1]], seed, offset=2**32 - 3)
-    return out
+randn_1d = rh.draw_1d(kd.randn, "randn_1d")
+randn_2d_seed_t = rh.draw_2d_seed_t(kd.randn, "randn_2d_seed_t")
+randn_tile_and_int = rh.draw_tile_and_int(kd.randn, "randn_tile_and_int")
 
 
 def test_reference_is_box_muller() -> None:
@@ -125,12 +105,7 @@ def test_statistics() -> None:
 
 
 # -- torch.randn_like ------------------------------------------------------------------------------
-@kd.kernel
-def randn_like_kernel(x: torch.Tensor):
-    out = torch.empty_like(x)
-    for t in kd.tile(x.shape[0]):
-        out[t] = torch.randn_like(x[t])
-    return out
+randn_like_kernel = rh.like_1d(torch.randn_like, "randn_like_kernel")
 
 
 @kd.kernel
@@ -144,22 +119,12 @@ def noise_two_sites(x: torch.Tensor):
     return out, u
 
 
-def _seeds(n: int, state: int) -> list[int]:
-    torch.manual_seed(state)
-    return torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32).tolist()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_randn_like_seed_per_call(backend: str) -> None:
     for n in (37, 1):
         x = torch.empty(n)
         with kd.backend(backend):
-            torch.manual_seed(7)
-            a = randn_like_kernel(x)
-            b = randn_like_kernel(x)
-            torch.manual_seed(7)
-            c = randn_like_kernel(x)
-        (s,) = _seeds(1, 7)
+            a, b, c, s = rh.three_like_calls(randn_like_kernel, x)
         _agree(backend, a, reference_randn([n], s))
         assert torch.equal(a, c) and not torch.equal(a, b)
 
@@ -169,7 +134,7 @@ def test_randn_like_seed_per_call(backend: str) -> None:
 def test_randn_like_sites_and_dtypes(backend: str, dtype: torch.dtype) -> None:
     from kernel_dsl.testing import reference_rand
     x = torch.randn(5, 37).to(dtype)
-    s0, s1, s2 = _seeds(3, 3)
+    s0, s1, s2 = like_seeds(3, 3)
     torch.manual_seed(3)
     with kd.backend(backend):
         out, u = noise_two_sites(x)
@@ -180,19 +145,11 @@ def test_randn_like_sites_and_dtypes(backend: str, dtype: torch.dtype) -> None:
     _agree(backend, u, want_u)
 
 
-@kd.kernel
-def randn_like_int(x: torch.Tensor):
-    out = torch.empty_like(x)
-    for t in kd.tile(x.shape[0]):
-        out[t] = torch.randn_like(x[t])
-    return out
-
-
 def test_errors() -> None:
     with kd.backend("triton"):
         with pytest.raises(kd.DTypeError, match="randn_like.*i32") as e:
-            randn_like_int(torch.zeros(8, dtype=torch.int32))
-    assert "test_randn.py" in str(e.value) and "dtype=torch.float32" in str(e.value)
+            randn_like_kernel(torch.zeros(8, dtype=torch.int32))
+    assert "random_helpers.py" in str(e.value) and "dtype=torch.float32" in str(e.value)
 
 
 @pytest.mark.slow

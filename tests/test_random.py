@@ -6,31 +6,17 @@ and whatever block sizes the config picks. Helion's low_mem_dropout ports litera
 from __future__ import annotations
 
 import pytest
+import random_helpers as rh
 import torch
+from random_helpers import BACKENDS, SEEDS, TPU_TARGETS, like_seeds
 
 import kernel_dsl as kd
 from kernel_dsl.testing import reference_rand, reference_randint, reference_random_bits
 from kernel_dsl.testing.random import threefry2x32
 
-BACKENDS = ("pallas", "triton", "nki")
-TPU_TARGETS = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
-SEEDS = [0, 123, -1, 2**31 - 1, -(2**31), 2**40 + 5]  # the high key word in use, and both signs
-
-
-@kd.kernel
-def rand_1d(x: torch.Tensor, seed: int):
-    out = torch.empty_like(x)
-    for t in kd.tile(x.shape[0]):
-        out[t] = kd.rand([t], seed)
-    return out
-
-
-@kd.kernel
-def rand_2d_seed_t(x: torch.Tensor, seed_t: torch.Tensor):
-    out = torch.empty_like(x)
-    for tm, tn in kd.tile(x.shape):
-        out[tm, tn] = kd.rand([tm, tn], seed_t[0], offset=5)
-    return out
+rand_1d = rh.draw_1d(kd.rand, "rand_1d")
+rand_2d_seed_t = rh.draw_2d_seed_t(kd.rand, "rand_2d_seed_t")
+rand_tile_and_int = rh.draw_tile_and_int(kd.rand, "rand_tile_and_int")
 
 
 @kd.kernel
@@ -38,15 +24,6 @@ def rand_1d_seed_t(x: torch.Tensor, seed_t: torch.Tensor):
     out = torch.empty_like(x)
     for t in kd.tile(x.shape[0]):
         out[t] = kd.rand([t], seed_t[0])
-    return out
-
-
-@kd.kernel
-def rand_tile_and_int(x: torch.Tensor, seed: int):
-    """A 2-D draw over a tile and a whole (int) dim, and a big offset whose low word carries."""
-    out = torch.empty_like(x)
-    for tm in kd.tile(x.shape[0]):
-        out[tm, :] = kd.rand([tm, x.shape[1]], seed, offset=2**32 - 3)
     return out
 
 
@@ -325,12 +302,7 @@ def test_dropout_bf16() -> None:
 
 
 # -- torch.rand_like: a fresh seed from torch's generator per call and call site ---------------
-@kd.kernel
-def rand_like_kernel(x: torch.Tensor):
-    out = torch.empty_like(x)
-    for t in kd.tile(x.shape[0]):
-        out[t] = torch.rand_like(x[t])
-    return out
+rand_like_kernel = rh.like_1d(torch.rand_like, "rand_like_kernel")
 
 
 @kd.kernel
@@ -344,23 +316,12 @@ def dropout_like(x: torch.Tensor, p: float):
     return out, u
 
 
-def _seeds(n: int, state: int) -> list[int]:
-    """The seeds a call draws after `torch.manual_seed(state)` (docs/ir.md)."""
-    torch.manual_seed(state)
-    return torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32).tolist()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rand_like_draws_a_seed_from_torch_per_call(backend: str) -> None:
     for n in (37, 1):
         x = torch.empty(n)
         with kd.backend(backend):
-            torch.manual_seed(7)
-            a = rand_like_kernel(x)
-            b = rand_like_kernel(x)  # the generator moved on: another stream
-            torch.manual_seed(7)
-            c = rand_like_kernel(x)
-        (s,) = _seeds(1, 7)
+            a, b, c, s = rh.three_like_calls(rand_like_kernel, x)
         assert torch.equal(a, reference_rand([n], s)) and torch.equal(a, c)
         assert n == 1 or not torch.equal(a, b)
 
@@ -368,7 +329,7 @@ def test_rand_like_draws_a_seed_from_torch_per_call(backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rand_like_two_sites_every_config(backend: str) -> None:
     x = torch.randn(5, 37).bfloat16()
-    s0, s1 = _seeds(2, 3)
+    s0, s1 = like_seeds(2, 3)
     keep = reference_rand([5, 37], s0).bfloat16() > 0.25
     want_out = torch.where(keep, x / 0.75, torch.zeros(()).bfloat16())
     space = list(dropout_like.configs(x, 0.25, backend=backend))
@@ -429,7 +390,7 @@ def test_errors_name_the_line() -> None:
     with kd.backend("pallas"):
         with pytest.raises(kd.DTypeError, match="rand_like.*i32") as e:
             rand_like_kernel(x.int())
-        assert "test_random.py" in str(e.value) and "dtype=torch.float32" in str(e.value)
+        assert "random_helpers.py" in str(e.value) and "dtype=torch.float32" in str(e.value)
         with pytest.raises(kd.DTypeError, match="seed.*f32.*integer"):
             float_seed(x, torch.zeros(1))
         with pytest.raises(kd.ShapeError, match="(?s)one value.*seed_t\\[0\\]"):

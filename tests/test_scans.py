@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dsl_kernels import combine_fn_helion, segmented_reduction_helion
 
 import kernel_dsl as kd
 from kernel_dsl.errors import KernelError
@@ -232,45 +233,7 @@ def test_3d_tiles(backend: str) -> None:
         assert torch.equal(g, w.to(I32))
 
 
-# -- general combine functions (IR scan op="combine"): every backend ---------------------------
-def combine_fn_helion(
-    left_values: torch.Tensor,
-    left_indices: torch.Tensor,
-    right_values: torch.Tensor,
-    right_indices: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Helion's examples/segment_reduction.py combine function (not commutative)."""
-    combined_values = torch.where(
-        left_indices == right_indices, left_values + right_values, right_values
-    )
-    return combined_values, right_indices
-
-
-@kd.kernel
-def segmented_reduction_helion(
-    indices: torch.Tensor, input_data: torch.Tensor, num_nodes: int
-) -> torch.Tensor:
-    """Helion's examples/segment_reduction.py, renamed (hl. -> kd.)."""
-    num_elements, num_features = input_data.shape
-    output = torch.zeros(
-        (num_nodes, num_features), dtype=input_data.dtype, device=input_data.device
-    )
-    for tile_e, tile_f in kd.tile([num_elements, num_features]):
-        vals = input_data[tile_e, tile_f]
-        idxs = indices[tile_e]
-        idxs_next = kd.load(
-            indices, [tile_e.index + 1], extra_mask=tile_e.index < num_elements - 1
-        )
-        tuple_in = (vals, idxs.float().unsqueeze(1).expand_as(vals))
-        out_vals, _ = kd.associative_scan(combine_fn_helion, tuple_in, dim=0)
-        mask = (idxs != idxs_next) | (
-            tile_e.index % tile_e.block_size == tile_e.block_size - 1
-        )
-        segment_vals = torch.where(mask.unsqueeze(1), out_vals, 0.0)
-        kd.atomic_add(output, [idxs, tile_f], segment_vals)
-    return output
-
-
+# -- general combine functions (IR scan op="combine"): every backend (the Helion port: dsl_kernels)
 def segmented_reduction_pytorch(indices: torch.Tensor, input_data: torch.Tensor,
                                 num_nodes: int) -> torch.Tensor:
     out = torch.zeros(num_nodes, input_data.size(1), dtype=input_data.dtype)

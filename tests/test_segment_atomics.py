@@ -1,6 +1,7 @@
 """Atomics through index tiles with duplicate indices (issue 13): Helion's
-examples/segment_reduction.py ported literally, and `kd.atomic_add/max/min(out, [ids[tb], ...], v)`
-with heavy duplication, on pallas, triton and nki against torch's index_add / scatter_reduce.
+examples/segment_reduction.py ported literally (tests/dsl_kernels.py), and
+`kd.atomic_add/max/min(out, [ids[tb], ...], v)` with heavy duplication, on pallas, triton and nki
+against torch's index_add / scatter_reduce.
 
 Pallas: the segment ids are read as the scatter's index (lane by lane, from SMEM) and as vectors
 (the scan), so the tensor is passed twice (lowering/pallas/plan.py `twins`). NKI: a
@@ -9,42 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dsl_kernels import segmented_reduction_helion
 
 import kernel_dsl as kd
 from kernel_dsl.errors import ConfigError
 
 BACKENDS = ("pallas", "triton", "nki")
 TPUS = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
-
-
-# -- Helion's examples/segment_reduction.py, renamed only (hl. -> kd.) ----------------------------
-def combine_fn_helion(left_values, left_indices, right_values, right_indices):
-    combined_values = torch.where(
-        left_indices == right_indices, left_values + right_values, right_values
-    )
-    return combined_values, right_indices
-
-
-@kd.kernel
-def segmented_reduction_helion(indices: torch.Tensor, input_data: torch.Tensor, num_nodes: int):
-    num_elements, num_features = input_data.shape
-    output = torch.zeros(
-        (num_nodes, num_features), dtype=input_data.dtype, device=input_data.device
-    )
-    for tile_e, tile_f in kd.tile([num_elements, num_features]):
-        vals = input_data[tile_e, tile_f]
-        idxs = indices[tile_e]
-        idxs_next = kd.load(
-            indices, [tile_e.index + 1], extra_mask=tile_e.index < num_elements - 1
-        )
-        tuple_in = (vals, idxs.float().unsqueeze(1).expand_as(vals))
-        out_vals, _ = kd.associative_scan(combine_fn_helion, tuple_in, dim=0)
-        mask = (idxs != idxs_next) | (
-            tile_e.index % tile_e.block_size == tile_e.block_size - 1
-        )
-        segment_vals = torch.where(mask.unsqueeze(1), out_vals, 0.0)
-        kd.atomic_add(output, [idxs, tile_f], segment_vals)
-    return output
 
 
 # -- direct atomics through an index tile ---------------------------------------------------------

@@ -52,19 +52,26 @@ def check(op: Op, g: gt.Gather) -> None:
             "triton backend")
 
 
-def render(w: Writer, op: Op, g: gt.Gather) -> None:
-    """The per-lane read-modify-write loop (module docstring)."""
-    check(op, g)
+def value_tile(w: Writer, op: Op, g: gt.Gather, doing: str) -> Tile:
+    """The tile of a scatter's or atomic's value with the index's dim on partitions (a value
+    broadcast along that dim is refused: `doing` says what the lowering cannot do with it)."""
     x = op.operands[0]
-    p: TensorParam = op.attrs["tensor"]
     pos = w.core(x).pos_of(gt.block_axis(g, op, x))
     if pos is None:
-        raise ConfigError(f"the NKI lowering cannot update `{p.name}` atomically with a value "
-                          "that is broadcast along the index's dim", op.loc,
+        raise ConfigError(f"the NKI lowering cannot {doing} a value that is broadcast along the "
+                          "index's dim", op.loc,
                           "broadcast the value to the indexed block first, or use the pallas or "
                           "triton backend")
     tile = w.get(x, orient_with(pos, on_partitions=True))
     gt.check_partitions(w, op, g, tile)
+    return tile
+
+
+def render(w: Writer, op: Op, g: gt.Gather) -> None:
+    """The per-lane read-modify-write loop (module docstring)."""
+    check(op, g)
+    p: TensorParam = op.attrs["tensor"]
+    tile = value_tile(w, op, g, f"update `{p.name}` atomically with")
     idx = gt.index_column(w, g).split("[")[0]
     at = op.attrs["atomic"]
     d = g.part_dim
@@ -88,4 +95,4 @@ def render(w: Writer, op: Op, g: gt.Gather) -> None:
     w.em.close()
 
 
-__all__ = ["check", "render"]
+__all__ = ["check", "render", "value_tile"]

@@ -15,7 +15,6 @@ from kernel_dsl.ir import Index, Op, TensorParam, TileVar
 
 from . import atomic_scatter
 from . import gather as gt
-from .layout import orient_with
 from .names import BYTES, NL_DTYPE, lit, shape
 from .shifted import Shift, shift_of
 from .targets import PMAX
@@ -116,12 +115,7 @@ def gather(w: Writer, op: Op, g: gt.Gather) -> None:
     idx = gt.index_column(w, g)
     zero = "0.0" if v.dtype in FLOATS else "0"
     w.line(f"nisa.memset(dst={tile.name}, value={zero})", comment="out-of-range ids read 0")
-    col = gt.column(w, g, tile)
-    dst = f"{tile.name}{col}" if col else sbuf_view(w, tile)
-    w.line(f"nisa.dma_copy(dst={dst}, src={gt.indirect_view(w, op, g, idx + col)}, "
-           "oob_mode=nisa.oob_mode.skip)", comment=f"gather: {what(g, p)} per partition")
-    if g.per_lane and tile.phys[1] > 1:
-        w.em.close()
+    _indirect_dma(w, op, g, tile, idx, load=True)
     w.define(v, tile)
 
 
@@ -129,25 +123,24 @@ def what(g: gt.Gather, p: TensorParam) -> str:
     return f"an element of `{p.name}`" if g.per_lane else f"a row of `{p.name}`"
 
 
-def scatter(w: Writer, op: Op, g: gt.Gather) -> None:
-    """A scatter through an index tile: one indirect DMA from the value's tile (gather.py)."""
-    x = op.operands[0]
-    p: TensorParam = op.attrs["tensor"]
-    pos = w.core(x).pos_of(gt.block_axis(g, op, x))
-    if pos is None:
-        raise ConfigError(f"the NKI lowering cannot scatter into `{p.name}` a value that is "
-                          "broadcast along the index's dim", op.loc,
-                          "broadcast the value to the indexed block first, or use the pallas or "
-                          "triton backend")
-    tile = w.get(x, orient_with(pos, on_partitions=True))
-    gt.check_partitions(w, op, g, tile)
-    idx = gt.index_column(w, g)
+def _indirect_dma(w: Writer, op: Op, g: gt.Gather, tile: Tile, idx: str, load: bool) -> None:
+    """The indirect DMA between `tile` and the rows of the tensor that the index column `idx`
+    names (a rank-N index: an element per partition, a DMA per column); ids outside it skipped."""
     col = gt.column(w, g, tile)
-    src = f"{tile.name}{col}" if col else sbuf_view(w, tile)
-    w.line(f"nisa.dma_copy(dst={gt.indirect_view(w, op, g, idx + col)}, src={src}, "
-           "oob_mode=nisa.oob_mode.skip)", comment=f"scatter: {what(g, p)} per partition")
+    sbuf = f"{tile.name}{col}" if col else sbuf_view(w, tile)
+    hbm = gt.indirect_view(w, op, g, idx + col)
+    dst, src = (sbuf, hbm) if load else (hbm, sbuf)
+    w.line(f"nisa.dma_copy(dst={dst}, src={src}, oob_mode=nisa.oob_mode.skip)",
+           comment=f"{'gather' if load else 'scatter'}: {what(g, op.attrs['tensor'])} per partition")
     if g.per_lane and tile.phys[1] > 1:
         w.em.close()
+
+
+def scatter(w: Writer, op: Op, g: gt.Gather) -> None:
+    """A scatter through an index tile: one indirect DMA from the value's tile (gather.py)."""
+    p: TensorParam = op.attrs["tensor"]
+    tile = atomic_scatter.value_tile(w, op, g, f"scatter into `{p.name}`")
+    _indirect_dma(w, op, g, tile, gt.index_column(w, g), load=False)
 
 
 def shifted_dma(w: Writer, op: Op, sh: Shift, tile: Tile, load: bool) -> None:

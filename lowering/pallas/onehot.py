@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kernel_dsl.errors import ConfigError
-from kernel_dsl.ir import DTYPE_BITS, Index, Op, TensorParam, TileVar
+from kernel_dsl.ir import DTYPE_BITS, Index, Op, TensorParam, TileVar, Value
 
 from .syntax import JNP
 
@@ -129,6 +129,45 @@ def _row_loop(w: "_KernelWriter", lead: tuple[int, ...], fn: str) -> tuple[str, 
     return block, squeezed
 
 
+def _end_loop(w: "_KernelWriter", steps: int, fn: str) -> None:
+    """Closes `def fn(r, carry):` and runs it for r in [0, steps)."""
+    w.em.line("return carry")
+    w.em.indent -= 1
+    w.em.line(f"jax.lax.fori_loop(0, {steps}, {fn}, 0)")
+
+
+def _prod(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _hit(lanes: str, elems: int, c: int, off: str = "", across: bool = False) -> str:
+    """The one-hot of c lanes' indices `lanes` against the elements [off, off + elems) of the
+    resident row: [elems, c] (a gather: `lanes` is [1, c]), or with `across` [c, elems] (a
+    scatter, reduced over the lanes: `lanes` is [c, 1])."""
+    if across:
+        return f"{lanes} == jax.lax.broadcasted_iota(jnp.int32, ({c}, {elems}), 1){off}"
+    return f"jax.lax.broadcasted_iota(jnp.int32, ({elems}, {c}), 0){off} == {lanes}"
+
+
+def _flat(w: "_KernelWriter", op: Op) -> tuple[TensorParam, Value, tuple[int, ...], int, bool]:
+    """A flat gather's or scatter's tensor, index tile, the dims of the gather's result or the
+    scatter's index (the one-hot's lanes are their minor axis), the resident row's length and
+    whether it is walked by WINDOWs; refuses a row or a one-hot that does not fit VMEM."""
+    _, ix = _entry(op)  # type: ignore[misc]
+    p: TensorParam = op.attrs["tensor"]
+    idx = ix.scalar
+    assert idx is not None
+    shape = _dims(w, (op.result if op.kind == "load" else idx).shape)
+    rows = w.plan.axes[p.name][0].block
+    windowed = rows > WINDOW
+    _resident(w, op, p, rows)
+    _fits(op, p, WINDOW if windowed else rows, shape[-1])
+    return p, idx, shape, rows, windowed
+
+
 def render_gather(w: "_KernelWriter", op: Op) -> str:
     return (_flat_gather if form(op) == "flat" else _minor_gather)(w, op)
 
@@ -136,17 +175,9 @@ def render_gather(w: "_KernelWriter", op: Op) -> str:
 def _flat_gather(w: "_KernelWriter", op: Op) -> str:
     """`x[idx]` of a 1-D `x`: a one-hot select over the resident row, [P, c] per index row; a
     row longer than one WINDOW is walked window by window over the span of each index row."""
-    _, ix = _entry(op)  # type: ignore[misc]
-    p: TensorParam = op.attrs["tensor"]
     v = op.result
-    idx = ix.scalar
-    assert idx is not None
-    shape = _dims(w, v.shape)
+    p, idx, shape, rows, windowed = _flat(w, op)
     c = shape[-1]
-    rows = w.plan.axes[p.name][0].block
-    windowed = rows > WINDOW
-    _resident(w, op, p, rows)
-    _fits(op, p, WINDOW if windowed else rows, c)
     em = w.em
     k = v.id
     bits, back = wide(p.dtype, f"{p.name}_ref[...]")
@@ -160,8 +191,7 @@ def _flat_gather(w: "_KernelWriter", op: Op) -> str:
         if windowed:
             one = _windows(w, p, f"jnp.reshape(lane{k}, (1, {c}))", c, k)
             return back.format(f"jnp.reshape({one}, ({c},))")
-        em.line(f"hit{k} = jax.lax.broadcasted_iota(jnp.int32, ({rows}, {c}), 0) == "
-                f"jnp.reshape(lane{k}, (1, {c}))")
+        em.line(f"hit{k} = {_hit(f'jnp.reshape(lane{k}, (1, {c}))', rows, c)}")
         return back.format(f"jnp.sum(jnp.where(hit{k}, bits{k}, 0), axis=0)")
     em.line(f"# a rank-{len(shape)} index tile: one [{WINDOW if windowed else rows}, {c}] one-hot per "
             "row of it, through VMEM scratch")
@@ -174,14 +204,9 @@ def _flat_gather(w: "_KernelWriter", op: Op) -> str:
     if windowed:
         em.line(f"{dst}[{block}] = {_windows(w, p, f'{src}[{block}]', c, k)}")
     else:
-        em.line(f"hit = jax.lax.broadcasted_iota(jnp.int32, ({rows}, {c}), 0) == {src}[{block}]")
+        em.line(f"hit = {_hit(f'{src}[{block}]', rows, c)}")
         em.line(f"{dst}[{block}] = jnp.sum(jnp.where(hit, bits{k}, 0), axis=0, keepdims=True)")
-    em.line("return carry")
-    em.indent -= 1
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    em.line(f"jax.lax.fori_loop(0, {n}, gather{k}, 0)")
+    _end_loop(w, _prod(shape[:-1]), f"gather{k}")
     return back.format(f"{dst}[...]")
 
 
@@ -198,7 +223,7 @@ def _windows(w: "_KernelWriter", p: TensorParam, row: str, c: int, k: int) -> st
     em.indent += 1
     em.line(f"base = pl.multiple_of(w0_{k} + i * {WINDOW}, {WINDOW})")
     em.line(f"seg = jnp.reshape({bits}, ({WINDOW}, 1))")
-    em.line(f"hit = jax.lax.broadcasted_iota(jnp.int32, ({WINDOW}, {c}), 0) + base == row{k}")
+    em.line(f"hit = {_hit(f'row{k}', WINDOW, c, off=' + base')}")
     em.line("return acc + jnp.sum(jnp.where(hit, seg, 0), axis=0, keepdims=True)")
     em.indent -= 1
     em.line(f"one{k} = jax.lax.fori_loop(0, jax.lax.div(jnp.max(row{k}) - w0_{k}, {WINDOW}) + 1, "
@@ -223,9 +248,8 @@ def _minor_gather(w: "_KernelWriter", op: Op) -> str:
     k = v.id
     em.line("# gather along the minor (lane) axis: TPU has no lane gather, so each row is a "
             "one-hot select (exact: the bits of the one matching element)", op)
-    em.line(f"hit{k} = jax.lax.broadcasted_iota(jnp.int32, ({n}, {c}), 0) == jnp.reshape(jnp.clip("
-            f"{w.n(idx)}.astype(jnp.int32), 0, {p.shape[axis] - 1}), (1, {c}))"
-            "  # out-of-range indices: clamped")
+    lanes = f"jnp.reshape(jnp.clip({w.n(idx)}.astype(jnp.int32), 0, {p.shape[axis] - 1}), (1, {c}))"
+    em.line(f"hit{k} = {_hit(lanes, n, c)}  # out-of-range indices: clamped")
     if len(shape) == 1:  # one row at device scalars
         bits, back = wide(p.dtype, w.ref_index(op, gather=":"))
         return back.format(f"jnp.sum(jnp.where(hit{k}, jnp.reshape({bits}, ({n}, 1)), 0), axis=0)")
@@ -256,9 +280,7 @@ def _minor_gather(w: "_KernelWriter", op: Op) -> str:
         bits = f"jnp.sum(jnp.where(pick, group{k}, 0), axis=0)"
     em.line(f"col = jnp.reshape({bits}, ({n}, 1))")
     em.line(f"{dst}[pl.ds(r, 1), :] = jnp.sum(jnp.where(hit{k}, col, 0), axis=0, keepdims=True)")
-    em.line("return carry")
-    em.indent -= 1
-    em.line(f"jax.lax.fori_loop(0, {rows}, gather{k}, 0)")
+    _end_loop(w, rows, f"gather{k}")
     return back.format(f"{dst}[...]")
 
 
@@ -267,17 +289,9 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     one-hot [c, P] of its in-range lanes reduced over the lanes (sum for add, max/min, and for
     a store the largest bits among duplicates: one of the values), applied where some lane hit.
     Lanes of the index tile past a tile's end (a ragged block) write nothing."""
-    _, ix = _entry(op)  # type: ignore[misc]
-    p: TensorParam = op.attrs["tensor"]
-    v = op.operands[0]
-    idx = ix.scalar
-    assert idx is not None
-    shape = _dims(w, idx.shape)
+    p, idx, shape, rows, windowed = _flat(w, op)
     c = shape[-1]
-    rows = w.plan.axes[p.name][0].block
-    windowed = rows > WINDOW
-    _resident(w, op, p, rows)
-    _fits(op, p, WINDOW if windowed else rows, c)
+    v = op.operands[0]
     at = op.attrs.get("atomic")
     em = w.em
     k = f"s{v.id}_{len(w.em.lines)}"
@@ -308,12 +322,7 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     _, sq = _row_loop(w, shape[:-1], f"scatter_{k}")
     _scatter_cols(w, p, at, k, f"jnp.reshape({lref}[{sq}], ({c}, 1))",
                   f"jnp.reshape({vref}[{sq}], ({c}, 1))", vdt, c, rows, windowed)
-    em.line("return carry")
-    em.indent -= 1
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    em.line(f"jax.lax.fori_loop(0, {n}, scatter_{k}, 0)")
+    _end_loop(w, _prod(shape[:-1]), f"scatter_{k}")
 
 
 def _scatter_cols(w: "_KernelWriter", p: TensorParam, at: str | None, k: str, lane: str, col: str,
@@ -342,7 +351,7 @@ def _scatter_cols(w: "_KernelWriter", p: TensorParam, at: str | None, k: str, la
 def _scatter_row(w: "_KernelWriter", p: TensorParam, at: str | None, k: str, lane: str, col: str,
                  vdt: str, c: int, rows: int, ref: str | None = None, off: str = "") -> None:
     em = w.em
-    em.line(f"hit_{k} = {lane} == jax.lax.broadcasted_iota(jnp.int32, ({c}, {rows}), 1){off}")
+    em.line(f"hit_{k} = {_hit(lane, rows, c, off=off, across=True)}")
     em.line(f"any_{k} = jnp.any(hit_{k}, axis=0)")
     ref = ref or f"{p.name}_ref[...]"
     if at == "add":
