@@ -23,6 +23,7 @@ in order on one core).
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from kernel_dsl.errors import ConfigError
@@ -136,13 +137,6 @@ def _end_loop(w: "_KernelWriter", steps: int, fn: str) -> None:
     w.em.line(f"jax.lax.fori_loop(0, {steps}, {fn}, 0)")
 
 
-def _prod(dims: tuple[int, ...]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
-
-
 def _hit(lanes: str, elems: int, c: int, off: str = "", across: bool = False) -> str:
     """The one-hot of c lanes' indices `lanes` against the elements [off, off + elems) of the
     resident row: [elems, c] (a gather: `lanes` is [1, c]), or with `across` [c, elems] (a
@@ -206,7 +200,7 @@ def _flat_gather(w: "_KernelWriter", op: Op) -> str:
     else:
         em.line(f"hit = {_hit(f'{src}[{block}]', rows, c)}")
         em.line(f"{dst}[{block}] = jnp.sum(jnp.where(hit, bits{k}, 0), axis=0, keepdims=True)")
-    _end_loop(w, _prod(shape[:-1]), f"gather{k}")
+    _end_loop(w, math.prod(shape[:-1]), f"gather{k}")
     return back.format(f"{dst}[...]")
 
 
@@ -322,7 +316,7 @@ def render_scatter(w: "_KernelWriter", op: Op, x: str) -> None:
     _, sq = _row_loop(w, shape[:-1], f"scatter_{k}")
     _scatter_cols(w, p, at, k, f"jnp.reshape({lref}[{sq}], ({c}, 1))",
                   f"jnp.reshape({vref}[{sq}], ({c}, 1))", vdt, c, rows, windowed)
-    _end_loop(w, _prod(shape[:-1]), f"scatter_{k}")
+    _end_loop(w, math.prod(shape[:-1]), f"scatter_{k}")
 
 
 def _scatter_cols(w: "_KernelWriter", p: TensorParam, at: str | None, k: str, lane: str, col: str,
