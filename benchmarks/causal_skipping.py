@@ -29,7 +29,6 @@ import kernel_dsl as kd
 from kernel_dsl.autotune import cost_model
 from kernel_dsl.kernels.attention_bwd import (
     dkv_skips,
-    flash_attention_bwd_delta,
     flash_attention_bwd_dkv,
     flash_attention_bwd_dq,
 )
@@ -57,11 +56,13 @@ def _fits(ir: Any, cfg: kd.Config, target: Any) -> bool:
     return fits_vmem(PALLAS.estimate_vmem(gen), target)
 
 
-def _bwd_args(bh: int, s: int, causal: bool, skip: bool) -> tuple[Any, ...]:
+def _bwd_args(kernel: Any, bh: int, s: int, causal: bool, skip: bool) -> tuple[Any, ...]:
+    """dQ's arguments (q, k, v, dO, O, lse, ...) or dK/dV's (q, k, v, dO, lse, delta, ...)."""
     q = torch.empty(bh, s, D, dtype=torch.bfloat16, device="meta")
-    lse = torch.empty(bh, s, 1, device="meta")
+    col = torch.empty(bh, s, 1, device="meta")
     qpos = torch.empty(s if causal else 1, 1, dtype=torch.int32, device="meta")
-    return (q, q, q, q, lse, lse, qpos, D ** -0.5, causal, 0, s, skip)
+    rows = (q, col) if kernel is flash_attention_bwd_dq else (col, col)
+    return (q, q, q, q, *rows, qpos, D ** -0.5, causal, 0, s, skip)
 
 
 def _best(args: tuple[Any, ...], target: str, kernel: Any = flash_attention_fwd,
@@ -116,39 +117,34 @@ def modelled_backward(bhs: tuple[int, ...] = (64, 8), s: int = 4096) -> list[dic
         tgt = tpu_target(target)
         assert tgt is not None
         for bh in bhs:
-            o = torch.empty(bh, s, D, dtype=torch.bfloat16, device="meta")
-            delta_s, _, delta = _best((o, o), target, flash_attention_bwd_delta)
             dkv_skip = dkv_skips(s, D, 2, "tpu", target=target)
             full, no_skip, causal, configs, ests = [], [], [], {}, []
             for name, kernel in (("dq", flash_attention_bwd_dq), ("dkv", flash_attention_bwd_dkv)):
-                full.append(_best(_bwd_args(bh, s, False, False), target, kernel))
-                no_skip.append(_best(_bwd_args(bh, s, True, False), target, kernel)[0])
-                args = _bwd_args(bh, s, True, dkv_skip if name == "dkv" else True)
+                full.append(_best(_bwd_args(kernel, bh, s, False, False), target, kernel))
+                no_skip.append(_best(_bwd_args(kernel, bh, s, True, False), target, kernel)[0])
+                args = _bwd_args(kernel, bh, s, True, dkv_skip if name == "dkv" else True)
                 sec, cfg, est = _best(args, target, kernel)
                 chk = kernel.check(*args, targets=[target], config=cfg, measure_vmem=False)
                 causal.append(sec)
                 ests.append(est)
                 configs[name] = (cfg, chk.entries[0].ok)
-            full_s = delta_s + sum(f[0] for f in full)
-            causal_s = delta_s + sum(causal)
+            full_s, causal_s = sum(f[0] for f in full), sum(causal)
             flops = sum(f[2].flops for f in full)
+            peak = ests[0].peak_flops
             rows.append({
                 "target": target, "bh": bh, "s": s,
                 "full_us": round(full_s * 1e6, 1),
-                "causal_no_skip_us": round((delta_s + sum(no_skip)) * 1e6, 1),
+                "causal_no_skip_us": round(sum(no_skip) * 1e6, 1),
                 "causal_us": round(causal_s * 1e6, 1),
                 "ratio": round(causal_s / full_s, 3),
                 "dkv_skips": dkv_skip,
-                "pct_peak_full": round(100 * flops / full_s / delta.peak_flops, 1),
-                "pct_peak_causal_unmasked": round(100 * bh * unmasked / causal_s / delta.peak_flops, 1),
+                "pct_peak_full": round(100 * flops / full_s / peak, 1),
+                "pct_peak_causal_unmasked": round(100 * bh * unmasked / causal_s / peak, 1),
                 "dq_config": json.loads(configs["dq"][0].to_json()), "dq_compiles": configs["dq"][1],
                 "dkv_config": json.loads(configs["dkv"][0].to_json()),
                 "dkv_compiles": configs["dkv"][1],
-                "full_overhead_us": round((delta.overhead_seconds + sum(
-                    f[2].overhead_seconds for f in full)) * 1e6, 1),
-                "causal_overhead_us": round((delta.overhead_seconds + sum(
-                    e.overhead_seconds for e in ests)) * 1e6, 1),
-                "delta_us": round(delta_s * 1e6, 1)})
+                "full_overhead_us": round(sum(f[2].overhead_seconds for f in full) * 1e6, 1),
+                "causal_overhead_us": round(sum(e.overhead_seconds for e in ests) * 1e6, 1)})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -186,10 +182,9 @@ def measured(s: int = 4096, heads: int = 2, repeats: int = 5) -> dict[str, Any]:
     do = torch.randn_like(out)
 
     def bwd(o: Any, lse_: Any, pos: Any, causal: bool) -> None:
-        delta = (o * do).sum(-1, keepdim=True)
-        args = (q, k, v, do, lse_, delta, pos, 0.125, causal, 0, s, causal)
-        flash_attention_bwd_dq.run_cpu("pallas", args, cfg)
-        flash_attention_bwd_dkv.run_cpu("pallas", args, cfg)
+        scalars = (0.125, causal, 0, s, causal)
+        _, delta = flash_attention_bwd_dq.run_cpu("pallas", (q, k, v, do, o, lse_, pos, *scalars), cfg)
+        flash_attention_bwd_dkv.run_cpu("pallas", (q, k, v, do, lse_, delta, pos, *scalars), cfg)
 
     back = _paired({"full": lambda: bwd(out, lse, one, False),
                     "skip": lambda: bwd(c_out, c_lse, qpos, True)}, repeats)
@@ -220,11 +215,11 @@ WHY = (
     "runs 8-16 steps. A cost that is the same in both raises the ratio: the forward divided "
     "every output element by the softmax sum on the EUP (D per row, the same causal or not); it "
     "now takes one reciprocal per row and multiplies (kernels/attention_fwd.py), about 4 us "
-    "(B*H=8) and 31 us (B*H=64) off both on v6e. In the backward, delta (rowsum(dO·O), a "
-    "bandwidth-bound kernel of its own) is such a cost; folding it into dQ, which reads dO "
-    "already, would take it out of both (the 'without delta' ratios above); not done here: "
-    "dQ's signature and every shipped dQ entry would change. Not a model change: the rows "
-    "are priced by the calibrated model unchanged.")
+    "(B*H=8) and 31 us (B*H=64) off both on v6e. In the backward, delta (rowsum(dO·O)) was "
+    "such a cost, a bandwidth-bound kernel of its own; dQ now computes it from the dO block it "
+    "reads anyway and the O block, and writes it for dK/dV, which runs after dQ (a launch and "
+    "a read of dO fewer, causal or not). Not a model change: the rows are priced by the "
+    "calibrated model unchanged.")
 
 
 def _over_bar(rows: list[dict[str, Any]], what: str) -> str:
@@ -236,12 +231,7 @@ def _over_bar(rows: list[dict[str, Any]], what: str) -> str:
     parts = []
     for r in over:
         work = (r["causal_us"] - r["causal_overhead_us"]) / (r["full_us"] - r["full_overhead_us"])
-        no_delta = ""
-        if "delta_us" in r:
-            rest = (r["causal_us"] - r["delta_us"]) / (r["full_us"] - r["delta_us"])
-            no_delta = f", {rest:.3f} without delta"
-        parts.append(f"{r['target']} B*H={r['bh']} {r['ratio']} ({work:.3f} without the fixed us"
-                     f"{no_delta})")
+        parts.append(f"{r['target']} B*H={r['bh']} {r['ratio']} ({work:.3f} without the fixed us)")
     return f"{what.capitalize()} rows above issue 13's 0.6: " + "; ".join(parts) + "."
 
 
@@ -282,31 +272,29 @@ def section(data: Any) -> list[str]:
     if notes:
         out += ["", "Notes: " + "; ".join(notes) + "."]
     if data.get("backward"):
-        out += ["", "Backward, modelled the same way: dQ, dK/dV and delta (rowsum(dO·O), the same "
-                "in both) each at its own best config, summed. Causal dQ skips the key blocks above "
-                "the diagonal (unmasked below, masked on it, as the forward); causal dK/dV, per key "
-                "block, visits the diagonal query rows masked, then the rows below unmasked, and "
-                "never the rows above, where its resident query rows fit the chip's VMEM "
-                "(`dkv_skips`: not on v4 at S=4096, whose 16 MiB they would overfill; there it "
-                "visits every query block, masked). The causal dQ and dK/dV winners compiled by "
-                "libtpu's compile-only target. Causal % of peak counts only the unmasked FLOPs "
-                "(14·D·S(S+1)/2 per head: seven matmuls).", "",
+        out += ["", "Backward, modelled the same way: dQ (which also computes delta = rowsum(dO·O) "
+                "for dK/dV) and dK/dV, each at its own best config, summed. Causal dQ skips the "
+                "key blocks above the diagonal (unmasked below, masked on it, as the forward); "
+                "causal dK/dV, per key block, visits the diagonal query rows masked, then the "
+                "rows below unmasked, and never the rows above, where its resident query rows "
+                "fit the chip's VMEM (`dkv_skips`: not on v4 at S=4096, whose 16 MiB they would "
+                "overfill; there it visits every query block, masked). The causal dQ and dK/dV "
+                "winners compiled by libtpu's compile-only target. Causal % of peak counts only "
+                "the unmasked FLOPs (14·D·S(S+1)/2 per head: seven matmuls).", "",
                 "| target | B*H | S | non-causal us | causal, no skipping us | causal us | causal / "
                 "non-causal | dK/dV skips | % peak non-causal | % peak causal (unmasked FLOPs) | "
-                "dQ config | dK/dV config | delta us (both) | fixed us (non-causal, causal) | "
-                "compiles (dQ, dK/dV) |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "dQ config | dK/dV config | fixed us (non-causal, causal) | compiles (dQ, dK/dV) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in data["backward"]:
             cfgs = [", ".join(f"{k}={v}" for k, v in r[f"{n}_config"].items()) for n in ("dq", "dkv")]
             out.append(f"| {r['target']} | {r['bh']} | {r['s']} | {r['full_us']} | "
                        f"{r['causal_no_skip_us']} | {r['causal_us']} | {r['ratio']} | "
                        f"{r['dkv_skips']} | {r['pct_peak_full']} | {r['pct_peak_causal_unmasked']} | "
-                       f"{cfgs[0]} | {cfgs[1]} | {r.get('delta_us', '-')} | "
+                       f"{cfgs[0]} | {cfgs[1]} | "
                        f"{r.get('full_overhead_us', '-')}, {r.get('causal_overhead_us', '-')} | "
                        f"{r['dq_compiles']}, {r['dkv_compiles']} |")
-        out += ["", "Fixed us as above, summed over delta, dQ and dK/dV (delta, rowsum(dO·O), is "
-                "the same kernel in both and counts in both). " + _over_bar(data["backward"],
-                                                                            "backward")]
+        out += ["", "Fixed us as above, summed over dQ and dK/dV. "
+                + _over_bar(data["backward"], "backward")]
     out += ["", WHY]
     m = data.get("measured")
     if m:
@@ -328,7 +316,7 @@ def section(data: Any) -> list[str]:
                 "skipping's; the ratio at one shared config above is the like-for-like one."]
         if m.get("backward_s"):
             bs = m["backward_s"]
-            out += ["", f"Backward measured the same way (dQ then dK/dV at {cfg}, delta in torch): "
+            out += ["", f"Backward measured the same way (dQ, which computes delta, then dK/dV at {cfg}): "
                     f"non-causal {bs['full']} s, causal skipping {bs['skip']} s: causal over "
                     f"non-causal **{m['backward_ratio']}** [{m['backward_ratio_range'][0]}-"
                     f"{m['backward_ratio_range'][1]}] (paired)."]

@@ -8,8 +8,8 @@ attribute (e.g. `flash_attention.jax(q, k, v, causal=True)`, differentiable with
 - `matmul(x, y, bias=, activation=, out_dtype=)`: ops `matmul` / `matmul_backward`;
   DSL kernels `matmul_kernel`, `column_sum`.
 - `flash_attention(q, k, v, causal=, sm_scale=, return_lse=)`: ops `flash_attention` /
-  `flash_attention_backward`; DSL kernels `flash_attention_fwd`,
-  `flash_attention_bwd_delta`, `flash_attention_bwd_dkv`, `flash_attention_bwd_dq`.
+  `flash_attention_backward`; DSL kernels `flash_attention_fwd`, `flash_attention_bwd_dq`
+  (which also writes delta = rowsum(dO * O)), `flash_attention_bwd_dkv`.
 - `scaled_dot_product_attention(...)`: drop-in for torch's, on `flash_attention`.
 - `softmax(x, dim)`: ops `softmax` / `softmax_backward`; `softmax_fwd[_streamed]`,
   `softmax_bwd[_streamed]`.

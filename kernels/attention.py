@@ -23,7 +23,6 @@ from kernel_dsl.buckets import bucket, cut, enabled, pad
 
 from .attention_bwd import (
     dkv_skips,
-    flash_attention_bwd_delta,
     flash_attention_bwd_dkv,
     flash_attention_bwd_dq,
 )
@@ -160,12 +159,11 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     do3, o3 = _fold(dout, hkv), _fold(out, hkv)
     lse3 = lse.contiguous().reshape(b * hkv, (h // hkv) * plan.sqb, 1)
     scalars = plan.scalars(sm_scale)
-    delta = flash_attention_bwd_delta(o3, do3)
+    dq, delta = flash_attention_bwd_dq(q3, k3, v3, do3, o3, lse3, plan.qpos, *scalars)
     device = q.device.type if q.device.type in ("cpu", "cuda", "meta") else "tpu"
     dkv_skip = plan.skip and dkv_skips(q3.shape[1], d, q.element_size(), device)
     dk, dv_ = flash_attention_bwd_dkv(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars[:4],
                                       dkv_skip)
-    dq = flash_attention_bwd_dq(q3, k3, v3, do3, lse3, delta, plan.qpos, *scalars)
     return (cut(dq.reshape(b, h, plan.sqb, d), 2, sq),
             cut(dk.reshape(b, hkv, plan.skvb, d), 2, skv),
             cut(dv_.reshape(b, hkv, plan.skvb, dv), 2, skv))

@@ -1,12 +1,13 @@
-"""Flash attention backward, in the DSL: three kernels in the forward's folded layout.
+"""Flash attention backward, in the DSL: two kernels in the forward's folded layout, run in order.
 
-1. `flash_attention_bwd_delta`: delta = rowsum(dO * O) in f32, [B*Hkv, G*Sq, 1].
+1. `flash_attention_bwd_dq`: one grid point per query block; it first computes the block's
+   delta = rowsum(dO * O) in f32 from the O and dO blocks it reads, then a loop over key blocks
+   accumulates dQ += dS K, with dS = P * (dO V^T - delta). It writes dQ and delta
+   [B*Hkv, G*Sq, 1] (a separate delta kernel would read dO once more and cost a launch).
 2. `flash_attention_bwd_dkv`: one grid point per key block; a loop over all query rows (all G
    heads of the group, so grouped-query gradients are summed in f32 inside the kernel)
-   recomputes P = exp(S - lse) and accumulates dV += P^T dO and dK += dS^T Q, with
-   dS = P * (dO V^T - delta).
-3. `flash_attention_bwd_dq`: one grid point per query block; a loop over key blocks
-   accumulates dQ += dS K.
+   recomputes P = exp(S - lse) and accumulates dV += P^T dO and dK += dS^T Q, reading the
+   delta that dQ wrote.
 With `skip` (causal, the bound known at build time) the dK/dV loops visit only the query rows
 that can see the key block, in two loops per folded head: the diagonal rows, masked, then the
 rows below them, which see the whole key block, unmasked; the dQ loops visit only the key blocks
@@ -27,16 +28,6 @@ from .base import library_kernel
 
 F32 = torch.float32
 NEG_INF = float("-inf")
-
-
-@library_kernel
-def flash_attention_bwd_delta(o: torch.Tensor, do: torch.Tensor):
-    bh, rows, dv = o.shape
-    delta = torch.empty([bh, rows, 1], dtype=torch.float32, device=o.device)
-    for tb, tq in kd.tile([bh, rows]):
-        prod = o[tb, tq, :].to(F32) * do[tb, tq, :].to(F32)
-        delta[tb, tq, :] = prod.sum(dim=-1, keepdim=True)
-    return delta
 
 
 def query_spans(tk: Any, rows: int, seq_q: int, offset: int, block_q: Any,
@@ -134,19 +125,21 @@ def _dq_step(qb: Any, kb: Any, vb: Any, dob: Any, lse_b: Any, delta_b: Any, dq_a
 
 @library_kernel
 def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
-                           lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor,
+                           o: torch.Tensor, lse: torch.Tensor, qpos: torch.Tensor,
                            scale: float, causal: bool, offset: int, seq_q: int = 0,
                            skip: bool = False):
     bh, rows, d = q.shape
     skv = k.shape[1]
     dq = torch.empty_like(q)
+    delta = torch.empty([bh, rows, 1], dtype=F32, device=q.device)
     block_k = kd.register_block_size(skv)
     for tb, tq in kd.tile([bh, rows]):
         qb = q[tb, tq, :]
         dob = do[tb, tq, :]
         lse_b = lse[tb, tq, :]
         lse_b = torch.where(lse_b == NEG_INF, 0.0, lse_b)
-        delta_b = delta[tb, tq, :]
+        delta_b = (dob.to(F32) * o[tb, tq, :].to(F32)).sum(dim=-1, keepdim=True)
+        delta[tb, tq, :] = delta_b  # for dK/dV, which runs next
         dq_acc = kd.zeros([tb, tq, d], dtype=F32)
         if causal:
             limit = qpos[tq, :][None] + offset
@@ -162,7 +155,7 @@ def flash_attention_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do
                 dq_acc = _dq_step(qb, k[tb, tk, :], v[tb, tk, :], dob, lse_b, delta_b, dq_acc, scale,
                                   tk.index[None, None, :] <= limit if causal else None)
         dq[tb, tq, :] = (dq_acc * scale).to(dq.dtype)
-    return dq
+    return dq, delta
 
 
 flash_attention_bwd_dkv.cpu_check_inputs = positions_for_check(6)

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 from .attention import _causal_offset
 from .attention_bwd import (
     dkv_skips,
-    flash_attention_bwd_delta,
     flash_attention_bwd_dkv,
     flash_attention_bwd_dq,
 )
@@ -147,12 +146,12 @@ def _attention_fn(causal: bool, scale: float, offset: int) -> Any:
         q3, k3, v3, do3 = _fold(q, hkv), _fold(k, hkv), _fold(v, hkv), _fold(dout, hkv)
         lse3 = lse.reshape(b * hkv, (h // hkv) * sq, 1)
         qpos = _qpos(h // hkv, sq, causal)
-        delta = flash_attention_bwd_delta.jax(_fold(out, hkv), do3)
         scalars = (scale, causal, offset, sq, causal)
+        dq, delta = flash_attention_bwd_dq.jax(q3, k3, v3, do3, _fold(out, hkv), lse3, qpos,
+                                               *scalars)  # delta = rowsum(dO * O), for dK/dV
         dkv_skip = causal and dkv_skips(q3.shape[1], d, q.dtype.itemsize, "tpu")
         dk, dv = flash_attention_bwd_dkv.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars[:4],
                                              dkv_skip)
-        dq = flash_attention_bwd_dq.jax(q3, k3, v3, do3, lse3, delta, qpos, *scalars)
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
     f.defvjp(fwd, bwd)

@@ -4,6 +4,7 @@
     python -m kernel_dsl.kernels.tune --refresh-vmem [--target tpu-v6e]   # VMEM figures only
     python -m kernel_dsl.kernels.tune --causal-only [--target tpu-v6e]    # causal attention only
     python -m kernel_dsl.kernels.tune --no-causal [--only matmul_kernel]   # all but causal attention
+    python -m kernel_dsl.kernels.tune --reverify flash_attention_bwd_dq   # after a kernel edit
 
 For each library kernel at the common shapes below, `kernel.autotune(..., target=...)` (the
 "model" evaluator: the analytical cost model ranks the config space, the VMEM estimate prunes,
@@ -42,9 +43,8 @@ def _attention(bh: int, s: int, d: int) -> list[tuple[str, tuple[Any, ...]]]:
     q, st, qp = E(bh, s, d, dtype=BF), E(bh, s, 1), E(1, 1, dtype=I32)
     sc = (d ** -0.5, False, 0)
     return [("flash_attention_fwd", (q, q, q, qp, *sc)),
-            ("flash_attention_bwd_delta", (q, q)),
             ("flash_attention_bwd_dkv", (q, q, q, q, st, st, qp, *sc)),
-            ("flash_attention_bwd_dq", (q, q, q, q, st, st, qp, *sc))]
+            ("flash_attention_bwd_dq", (q, q, q, q, q, st, qp, *sc))]
 
 
 def _causal_attention(bh: int, s: int, d: int) -> list[tuple[str, tuple[Any, ...]]]:
@@ -54,7 +54,7 @@ def _causal_attention(bh: int, s: int, d: int) -> list[tuple[str, tuple[Any, ...
     sc = (d ** -0.5, True, 0, s, True)
     return [("flash_attention_fwd", (q, q, q, qp, *sc)),
             ("flash_attention_bwd_dkv", (q, q, q, q, st, st, qp, *sc)),
-            ("flash_attention_bwd_dq", (q, q, q, q, st, st, qp, *sc))]
+            ("flash_attention_bwd_dq", (q, q, q, q, q, st, qp, *sc))]
 
 
 def _matmul(m: int, k: int, n: int) -> list[tuple[str, tuple[Any, ...]]]:
@@ -174,6 +174,61 @@ def refresh_vmem(target: str, log: Any) -> str:
     return _write_file(path, data)
 
 
+def reverify(target: str, name: str, log: Any, timeout: float = 600.0) -> str:
+    """Re-verifies the shipped configs of kernel `name` after an edit that keeps its block
+    structure (an input or output added, a changed body), without re-tuning. For each of
+    `problems()` of that kernel, the shipped entry of the same first input shape and
+    `dynamic_loops` gives the config (whatever the entry's other shapes: the edit may have
+    changed them); the config is compiled for the target (measuring VMEM), checked on CPU on a
+    reduced problem against the default config and priced by the cost model, as the tuner
+    does, and its entry is replaced by one under the problem's key. A config that no longer
+    compiles or disagrees raises: re-tune that shape (`--only`)."""
+    from kernel_dsl.autotune.cost_model import estimate
+    from kernel_dsl.autotune.isolated import CandidateRunner
+    from kernel_dsl.autotune.tuner import _verify_on_cpu
+    from kernel_dsl.config import Config
+    from kernel_dsl.lowering.pallas.check import Job, check
+    from kernel_dsl.lowering.pallas.targets import TARGETS
+
+    path = os.path.join(CONFIG_DIR, f"{target}.json")
+    with open(path) as f:
+        data = json.load(f)
+    kernel = KERNELS[name]
+    old = {(json.dumps(e["shapes"][0]), bool(e.get("dynamic_loops", False))): e
+           for e in data["entries"] if e["kernel"] == name}
+    todo = []  # (problem args, its IR, the old entry, the config)
+    for kname, args in problems():
+        if kname != name:
+            continue
+        ir = kernel.ir(*args)
+        e = old.get((json.dumps(list(ir.inputs[0].shape)), dynamic_loops(ir)))
+        if e is not None:
+            todo.append((args, ir, e, Config.from_json(json.dumps(e["config"]))))
+    jobs = [Job(kernel.generated(*args, backend="pallas", target=target, config=cfg),
+                [(p.shape, p.dtype) for p in ir.inputs], ir.loc) for args, ir, _, cfg in todo]
+    new = []
+    with CandidateRunner() as runner:
+        for (args, ir, e, cfg), r in zip(todo, check(jobs, timeout=timeout, measure_vmem=True)):
+            where = f"{target} {name} {[list(p.shape) for p in ir.inputs]} {cfg!r}"
+            if not r.ok:
+                raise RuntimeError(f"{where}: no longer compiles: {r.message[:300]}")
+            o = _verify_on_cpu(runner, kernel, ir, args, "pallas", cfg, timeout, lambda: timeout)
+            if o.status != "ok":
+                raise RuntimeError(f"{where}: the CPU check says {o.status}: {o.message[:300]}")
+            est = estimate(ir, cfg, TARGETS[target])
+            log(f"{where}: model {e['model_s']:.3g} -> {est.seconds:.3g} s, "
+                f"VMEM {e['vmem_used']} -> {r.vmem_used}")
+            new.append({**e, "shapes": [list(p.shape) for p in ir.inputs],
+                        "dtypes": [p.dtype for p in ir.inputs],
+                        "scalars": [a for a in args if not isinstance(a, torch.Tensor)],
+                        "model_s": est.seconds, "utilization": est.utilization(TARGETS[target]),
+                        "vmem_used": r.vmem_used, "libtpu": libtpu_version(),
+                        "verified": "compiled for the target; output checked on CPU, reduced problem"})
+    replaced = {id(e) for _, _, e, _ in todo}
+    data["entries"] = sorted([e for e in data["entries"] if id(e) not in replaced] + new, key=_order)
+    return _write_file(path, data)
+
+
 def write(target: str, entries: list[dict[str, Any]], budget: float, merge: bool) -> str:
     path = os.path.join(CONFIG_DIR, f"{target}.json")
     if merge and os.path.exists(path):
@@ -184,10 +239,13 @@ def write(target: str, entries: list[dict[str, Any]], budget: float, merge: bool
     data = {"target": target, "version": __version__,
             "command": f"python -m kernel_dsl.kernels.tune --target {target} --budget {budget:g}",
             "evaluator": "model: analytical cost model + libtpu compile-only check + CPU output check",
-            "entries": sorted(entries, key=lambda e: (e["kernel"], e["shapes"],
-                                                      bool(e.get("dynamic_loops", False))))}
+            "entries": sorted(entries, key=_order)}
     os.makedirs(CONFIG_DIR, exist_ok=True)
     return _write_file(path, data)
+
+
+def _order(e: dict[str, Any]) -> tuple[Any, ...]:
+    return (e["kernel"], e["shapes"], bool(e.get("dynamic_loops", False)))
 
 
 def _key(e: dict[str, Any]) -> tuple[Any, ...]:
@@ -223,7 +281,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds per candidate compile, and per CPU check run")
     ap.add_argument("--refresh-vmem", action="store_true",
                     help="re-measure the shipped configs' VMEM only (no tuning)")
+    ap.add_argument("--reverify", metavar="KERNEL",
+                    help="re-verify KERNEL's shipped configs after an edit that keeps its blocks "
+                         "(compile, CPU check, model; the entries take the new arguments' key)")
     a = ap.parse_args(argv)
+    if a.reverify:
+        for target in a.target or SHIPPED_TARGETS:
+            print(reverify(target, a.reverify, lambda msg: print(msg, file=sys.stderr, flush=True)))
+        return 0
     if a.refresh_vmem:
         for target in a.target or SHIPPED_TARGETS:
             print(refresh_vmem(target, lambda msg: print(msg, file=sys.stderr, flush=True)))

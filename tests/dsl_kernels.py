@@ -31,6 +31,17 @@ def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 @kd.tpu_kernel
+def row_dot(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
+    """rowsum(o * do) in f32 as a [B, S, 1] column (flash attention's delta)."""
+    bh, rows, _ = o.shape
+    out = torch.empty([bh, rows, 1], dtype=torch.float32, device=o.device)
+    for tb, tq in kd.tile([bh, rows]):
+        out[tb, tq, :] = (o[tb, tq, :].to(torch.float32) * do[tb, tq, :].to(torch.float32)).sum(
+            dim=-1, keepdim=True)
+    return out
+
+
+@kd.tpu_kernel
 def softmax_rows(x: torch.Tensor) -> torch.Tensor:
     m, n = x.shape
     out = torch.empty_like(x)

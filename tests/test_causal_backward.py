@@ -59,10 +59,10 @@ def _kernel_grads(backend: str, q, k, v, do, g: int, sq: int, off: int | None, b
     scalars = (SCALE, causal, off or 0, sq, causal)
     cfg = kd.Config(blocks)
     out, lse = flash_attention_fwd.run_cpu(backend, (q, k, v, qpos, *scalars), cfg)
-    delta = (out.float() * do.float()).sum(-1, keepdim=True)
-    bwd = (q, k, v, do, lse, delta, qpos, *scalars)
-    (dq,) = flash_attention_bwd_dq.run_cpu(backend, bwd, cfg)
-    dk, dv = flash_attention_bwd_dkv.run_cpu(backend, bwd, cfg)
+    dq, delta = flash_attention_bwd_dq.run_cpu(backend, (q, k, v, do, out, lse, qpos, *scalars), cfg)
+    torch.testing.assert_close(delta, (out.float() * do.float()).sum(-1, keepdim=True),
+                               rtol=1e-5, atol=1e-5)
+    dk, dv = flash_attention_bwd_dkv.run_cpu(backend, (q, k, v, do, lse, delta, qpos, *scalars), cfg)
     return dq, dk, dv
 
 
@@ -170,8 +170,8 @@ def test_causal_backward_compiles_for_every_tpu(seq_q: int) -> None:
     lse = torch.empty(4, 2 * seq_q, 1)
     qpos = torch.empty(2 * seq_q, 1, dtype=torch.int32)
     scalars = (128 ** -0.5, True, 1100 - seq_q, seq_q, True)
-    for kernel in (flash_attention_bwd_dkv, flash_attention_bwd_dq):
-        r = kernel.check(q, k, k, q, lse, lse, qpos, *scalars, targets=targets, measure_vmem=False)
+    for kernel, rows in ((flash_attention_bwd_dkv, (lse, lse)), (flash_attention_bwd_dq, (q, lse))):
+        r = kernel.check(q, k, k, q, *rows, qpos, *scalars, targets=targets, measure_vmem=False)
         assert r.ok, r.table()
 
 
@@ -214,6 +214,6 @@ def test_modelled_causal_backward_against_non_causal() -> None:
     assert not dkv_skips(4096, 128, 2, "tpu", target="tpu-v4")
     full = causal = 0.0
     for kernel in (flash_attention_bwd_dq, flash_attention_bwd_dkv):
-        full += cs._best(cs._bwd_args(64, 4096, False, False), "tpu-v6e", kernel)[0]
-        causal += cs._best(cs._bwd_args(64, 4096, True, True), "tpu-v6e", kernel)[0]
+        full += cs._best(cs._bwd_args(kernel, 64, 4096, False, False), "tpu-v6e", kernel)[0]
+        causal += cs._best(cs._bwd_args(kernel, 64, 4096, True, True), "tpu-v6e", kernel)[0]
     assert 0.5 < causal / full <= 0.6, causal / full

@@ -63,11 +63,14 @@ def ref_flash_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: tor
 
 
 def ref_flash_bwd_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
-                     lse: torch.Tensor, delta: torch.Tensor, qpos: torch.Tensor, scale: float,
-                     causal: bool, offset: int, seq_q: int = 0, skip: bool = False) -> torch.Tensor:
+                     o: torch.Tensor, lse: torch.Tensor, qpos: torch.Tensor, scale: float,
+                     causal: bool, offset: int, seq_q: int = 0,
+                     skip: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """dQ, and delta = rowsum(dO * O) in f32, which dQ computes for dK/dV."""
+    delta = (do.float() * o.float()).sum(-1, keepdim=True)
     p = _p(q, k, lse, qpos, scale, causal, offset)
-    ds = p * ((do @ v.transpose(-2, -1)).to(p.dtype) - delta)
-    return ((ds.to(k.dtype) @ k) * scale).to(q.dtype)
+    ds = p * ((do @ v.transpose(-2, -1)).to(p.dtype) - delta.to(p.dtype))
+    return ((ds.to(k.dtype) @ k) * scale).to(q.dtype), delta
 
 
 def _act(z: torch.Tensor, act: int, grad: torch.Tensor | None) -> torch.Tensor:
@@ -118,6 +121,8 @@ def ref_layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float
 ATTN = "q[bh,r,d], k[bh,s,d], v[bh,s,e], qpos[r,1]:i32, scale=0.125|0.3, causal=False|True, offset=0|7|-5"
 ATTN_BWD = ("q[bh,r,d], k[bh,s,d], v[bh,s,e], do[bh,r,e], lse[bh,r,1]:f32, delta[bh,r,1]:f32, "
             "qpos[r,1]:i32, scale=0.125, causal=False|True, offset=0|40")
+ATTN_BWD_DQ = ("q[bh,r,d], k[bh,s,d], v[bh,s,e], do[bh,r,e], o[bh,r,e], lse[bh,r,1]:f32, "
+               "qpos[r,1]:i32, scale=0.125, causal=False|True, offset=0|40")
 ATTN_DIMS = {"bh": (1, 3), "r": (1, 160), "s": (1, 160), "d": [16, 64, 80, 96, 128], "e": [16, 64]}
 MM = ("x[b,m,k], y[b,k,n], bias[1,n], grad[b,m,n], act=0|1|2|3, act_grad=False|True, "
       "trans_x=False, trans_y=False, has_bias=False|True, out_code=0")
@@ -129,7 +134,7 @@ ROWS = {"m": (1, 100), "n": (1, 600)}
 TARGETS = {
     "flash_attention_fwd": (ref_flash_fwd, ATTN, ATTN_DIMS, ("normal", "large")),
     "flash_attention_bwd_dkv": (ref_flash_bwd_dkv, ATTN_BWD, ATTN_DIMS, ("normal",)),
-    "flash_attention_bwd_dq": (ref_flash_bwd_dq, ATTN_BWD, ATTN_DIMS, ("normal",)),
+    "flash_attention_bwd_dq": (ref_flash_bwd_dq, ATTN_BWD_DQ, ATTN_DIMS, ("normal",)),
     "matmul_kernel": (ref_matmul, MM, MM_DIMS, ("normal",)),
     "matmul_kernel:transposed": (ref_matmul, MM_T, MM_DIMS, ("normal",)),
     "softmax_fwd": (ref_softmax, "x[m,n]", ROWS, ("normal", "large", "special")),
