@@ -72,8 +72,9 @@ def run(budget: float, targets: list[str], only: list[str] | None = None, top_k:
                 continue
             est = cost_model.estimate(ir, res.best, tgt)
             won = res.best_candidate
-            if not res.from_cache and won is not None and won.status == "ok":
-                # compiled for the target (VMEM measured) and checked in this run: not again
+            if not res.from_cache and won is not None and won.status == "ok" and \
+                    won.vmem_used is not None:
+                # compiled for the target, VMEM measured within the budget, checked: not again
                 vmem, compiles = won.vmem_used, True
             else:
                 chk = kernel.check(*args, targets=[target], config=res.best).entries[0]

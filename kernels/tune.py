@@ -130,11 +130,14 @@ def tune_target(target: str, budget: float, only: set[str] | None, log: Any,
                 f"{f', skipped {res.failures()}' if res.failures() else ''})")
             if res.best is None or best is None:
                 continue
+            vmem = best.vmem_used
+            if vmem is None:  # the tuner measures its winner's VMEM only within the budget
+                vmem = kernel.check(*args, targets=[target], config=res.best).entries[0].vmem_used
             entries.append({"kernel": name, "shapes": shapes, "dtypes": [p.dtype for p in ir.inputs],
                             "dynamic_loops": dynamic_loops(ir),
                             "scalars": [a for a in args if not isinstance(a, torch.Tensor)],
                             "config": json.loads(res.best.to_json()), "model_s": best.seconds,
-                            "utilization": best.utilization, "vmem_used": best.vmem_used,
+                            "utilization": best.utilization, "vmem_used": vmem,
                             "verified": res.verified, "libtpu": libtpu_version()})
             if found is not None:
                 found(entries[-1])
