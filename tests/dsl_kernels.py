@@ -31,17 +31,6 @@ def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 @kd.tpu_kernel
-def row_dot(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
-    """rowsum(o * do) in f32 as a [B, S, 1] column (flash attention's delta)."""
-    bh, rows, _ = o.shape
-    out = torch.empty([bh, rows, 1], dtype=torch.float32, device=o.device)
-    for tb, tq in kd.tile([bh, rows]):
-        out[tb, tq, :] = (o[tb, tq, :].to(torch.float32) * do[tb, tq, :].to(torch.float32)).sum(
-            dim=-1, keepdim=True)
-    return out
-
-
-@kd.tpu_kernel
 def softmax_rows(x: torch.Tensor) -> torch.Tensor:
     m, n = x.shape
     out = torch.empty_like(x)
@@ -151,3 +140,14 @@ def segmented_reduction_helion(
         segment_vals = torch.where(mask.unsqueeze(1), out_vals, 0.0)
         kd.atomic_add(output, [idxs, tile_f], segment_vals)
     return output
+
+
+@kd.tpu_kernel
+def row_dot(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
+    """rowsum(o * do) in f32 as a [B, S, 1] column (flash attention's delta)."""
+    bh, rows, _ = o.shape
+    out = torch.empty([bh, rows, 1], dtype=torch.float32, device=o.device)
+    for tb, tq in kd.tile([bh, rows]):
+        out[tb, tq, :] = (o[tb, tq, :].to(torch.float32) * do[tb, tq, :].to(torch.float32)).sum(
+            dim=-1, keepdim=True)
+    return out
