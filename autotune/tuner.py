@@ -227,7 +227,7 @@ def _execute(runner: CandidateRunner, kernel: Any, ir: KernelIR, backend: str,
     return Outcome("ok", outs, times)
 
 
-def _verify_on_cpu(runner: CandidateRunner, kernel: Any, ir: KernelIR, args: tuple[Any, ...],
+def verify_on_cpu(runner: CandidateRunner, kernel: Any, ir: KernelIR, args: tuple[Any, ...],
                    backend: str, cfg: Config, timeout: float, left: Callable[[], float]) -> Outcome:
     """Runs `cfg` and a reference config (`_reference_config`) on a reduced problem; "ok" if
     the outputs agree."""
@@ -412,7 +412,7 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
                     continue
                 cfg = Config.from_json(c.config)
                 progress(f"checking {cfg!r} against a reference config on CPU")
-                o = _verify_on_cpu(runner, kernel, ir, args, backend, cfg, timeout, left)
+                o = verify_on_cpu(runner, kernel, ir, args, backend, cfg, timeout, left)
                 c.status, c.reason = o.status, o.message
                 if o.status == "ok":
                     res.best = cfg

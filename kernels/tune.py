@@ -153,7 +153,7 @@ def refresh_vmem(target: str, log: Any) -> str:
     """Re-measures the VMEM of the shipped configs (after a change to how it is measured),
     without re-tuning: one batch of compiles; the configs themselves are untouched."""
     from kernel_dsl.config import Config
-    from kernel_dsl.lowering.pallas.check import Job, check
+    from kernel_dsl.lowering.pallas.check import check
 
     path = os.path.join(CONFIG_DIR, f"{target}.json")
     with open(path) as f:
@@ -163,9 +163,7 @@ def refresh_vmem(target: str, log: Any) -> str:
         kernel = KERNELS[e["kernel"]]
         args = entry_args(kernel, e)
         ir = kernel.ir(*args)
-        gen = kernel.generated(*args, backend="pallas", target=target,
-                               config=Config.from_json(json.dumps(e["config"])))
-        jobs.append(Job(gen, [(p.shape, p.dtype) for p in ir.inputs], ir.loc))
+        jobs.append(_job(kernel, args, ir, target, Config.from_json(json.dumps(e["config"]))))
     for e, r in zip(data["entries"], check(jobs, timeout=600.0, measure_vmem=True)):
         if not r.ok:
             raise RuntimeError(f"{target} {e['kernel']} {e['shapes']}: the shipped config no longer "
@@ -177,20 +175,28 @@ def refresh_vmem(target: str, log: Any) -> str:
     return _write_file(path, data)
 
 
+def _job(kernel: Any, args: tuple[Any, ...], ir: Any, target: str, cfg: Any) -> Any:
+    """The libtpu compile job of `kernel` at `args` (traced to `ir`) under `cfg`."""
+    from kernel_dsl.lowering.pallas.check import Job
+
+    gen = kernel.generated(*args, backend="pallas", target=target, config=cfg)
+    return Job(gen, [(p.shape, p.dtype) for p in ir.inputs], ir.loc)
+
+
 def reverify(target: str, name: str, log: Any, timeout: float = 600.0) -> str:
     """Re-verifies the shipped configs of kernel `name` after an edit that keeps its block
     structure (an input or output added, a changed body), without re-tuning. For each of
     `problems()` of that kernel, the shipped entry of the same first input shape and
     `dynamic_loops` gives the config (whatever the entry's other shapes: the edit may have
     changed them); the config is compiled for the target (measuring VMEM), checked on CPU on a
-    reduced problem against the default config and priced by the cost model, as the tuner
+    reduced problem against a reference config and priced by the cost model, as the tuner
     does, and its entry is replaced by one under the problem's key. A config that no longer
     compiles or disagrees raises: re-tune that shape (`--only`)."""
     from kernel_dsl.autotune.cost_model import estimate
     from kernel_dsl.autotune.isolated import CandidateRunner
-    from kernel_dsl.autotune.tuner import _verify_on_cpu
+    from kernel_dsl.autotune.tuner import verify_on_cpu
     from kernel_dsl.config import Config
-    from kernel_dsl.lowering.pallas.check import Job, check
+    from kernel_dsl.lowering.pallas.check import check
     from kernel_dsl.lowering.pallas.targets import TARGETS
 
     path = os.path.join(CONFIG_DIR, f"{target}.json")
@@ -207,15 +213,14 @@ def reverify(target: str, name: str, log: Any, timeout: float = 600.0) -> str:
         e = old.get((json.dumps(list(ir.inputs[0].shape)), dynamic_loops(ir)))
         if e is not None:
             todo.append((args, ir, e, Config.from_json(json.dumps(e["config"]))))
-    jobs = [Job(kernel.generated(*args, backend="pallas", target=target, config=cfg),
-                [(p.shape, p.dtype) for p in ir.inputs], ir.loc) for args, ir, _, cfg in todo]
+    jobs = [_job(kernel, args, ir, target, cfg) for args, ir, _, cfg in todo]
     new = []
     with CandidateRunner() as runner:
         for (args, ir, e, cfg), r in zip(todo, check(jobs, timeout=timeout, measure_vmem=True)):
             where = f"{target} {name} {[list(p.shape) for p in ir.inputs]} {cfg!r}"
             if not r.ok:
                 raise RuntimeError(f"{where}: no longer compiles: {r.message[:300]}")
-            o = _verify_on_cpu(runner, kernel, ir, args, "pallas", cfg, timeout, lambda: timeout)
+            o = verify_on_cpu(runner, kernel, ir, args, "pallas", cfg, timeout, lambda: timeout)
             if o.status != "ok":
                 raise RuntimeError(f"{where}: the CPU check says {o.status}: {o.message[:300]}")
             est = estimate(ir, cfg, TARGETS[target])

@@ -13,9 +13,9 @@ from typing import Any, Callable
 from kernel_dsl import tunables
 from kernel_dsl.config import Config, ConfigSpace
 from kernel_dsl.ir import KernelIR
+from kernel_dsl.lowering import Generated
+from kernel_dsl.lowering.phases import phased
 
-from .. import Generated
-from ..phases import phased
 from .neuron import make_neuron_op
 from .render import render as _render
 from .runner import compile_for_torch

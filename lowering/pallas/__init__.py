@@ -7,9 +7,9 @@ from kernel_dsl import tunables
 from kernel_dsl.check import CheckEntry
 from kernel_dsl.config import Config
 from kernel_dsl.ir import KernelIR
+from kernel_dsl.lowering import Generated
+from kernel_dsl.lowering.phases import phased
 
-from .. import Generated
-from ..phases import phased
 from .render import render as _render
 from .space import config_space, default_config
 from .targets import TPU_TARGETS, resolve_target, tpu_target

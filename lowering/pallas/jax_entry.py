@@ -8,9 +8,9 @@ import torch
 from kernel_dsl.config import Config
 from kernel_dsl.dtypes import TORCH_TO_IR
 from kernel_dsl.errors import BackendError
+from kernel_dsl.lowering import phases
 from kernel_dsl.runtime_scalars import HIDDEN_SHAPE, is_runtime
 
-from .. import phases
 from .runner import jax, jax_function  # JAX comes through .runner, kept off libtpu without a TPU
 
 _JAX_TO_TORCH = {jax.numpy.dtype(str(t).replace("torch.", "")) if t is not torch.bool else

@@ -10,9 +10,9 @@ from typing import Any, Callable
 from kernel_dsl import tunables
 from kernel_dsl.config import Config, ConfigSpace
 from kernel_dsl.ir import KernelIR
+from kernel_dsl.lowering import Generated
+from kernel_dsl.lowering.phases import phased
 
-from .. import Generated
-from ..phases import phased
 from .render import render as _render
 from .space import config_space, default_config
 
