@@ -40,6 +40,10 @@ cost_model.py: they are pasted there, rounded. TPU7x's constants follow v6e's (s
 Published-kernel facts applied when comparing (not model fudge):
 - Tokamax (flash and splash) skips kv blocks that the causal mask hides entirely: causal
   records pass `live_fraction` (visible block pairs over all, for the config) to the model.
+  Of the visited pairs it masks only the diagonal ones, which the mask cuts (the splash
+  kernel's `should_not_mask` runs whole blocks without it): a causal record is priced as the
+  unmasked kernel plus that share (`causal_masked_share`) of what masking every visited block
+  adds (`_estimate`).
 - Tokamax's `return_residuals` variant also writes the softmax max and sum, each f32
   broadcast over 128 lanes per q row (its splash kernel's (heads, seq, NUM_LANES) outputs), then
   XLA slices lane 0 and forms logsumexp: modelled as kernel_dsl attention with those two extra
@@ -58,6 +62,7 @@ Published-kernel facts applied when comparing (not model fudge):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -77,6 +82,7 @@ from published_facts import (  # noqa: E402
     LANES,
     attention_res,
     causal_live_fraction,
+    causal_masked_share,
     residual_epilogue,
     tokamax_transpose_bytes,
 )
@@ -108,14 +114,48 @@ def _meta(shape: tuple[int, ...], dtype: torch.dtype = torch.bfloat16) -> torch.
     return torch.empty(*shape, dtype=dtype, device="meta")  # shapes only: nothing allocated
 
 
-def _live(rec: dict[str, Any], cfg: Config) -> float:
-    """The model's live_fraction for a record under a config (Tokamax causal block skipping)."""
+def _causal_blocks(rec: dict[str, Any], cfg: Config) -> tuple[float, float]:
+    """(live_fraction, masked share of the live pairs) of a record under a config: Tokamax's
+    causal block skipping, and its mask on the diagonal pairs only; (1, 1) without a mask."""
     s = rec["shape"]
     if rec["kernel"] in ("flash_attention_fwd", "splash_attention_fwd") and s["causal"]:
-        bq, bkv = cfg.block_sizes[0], cfg.block_sizes[1]
-        return causal_live_fraction(s["seq_q"], s["seq_kv"], min(bq, s["seq_q"]),
-                                    min(bkv, s["seq_kv"]))
-    return 1.0
+        blocks = (s["seq_q"], s["seq_kv"], min(cfg.block_sizes[0], s["seq_q"]),
+                  min(cfg.block_sizes[1], s["seq_kv"]))
+        return causal_live_fraction(*blocks), causal_masked_share(*blocks)
+    return 1.0, 1.0
+
+
+def _live(rec: dict[str, Any], cfg: Config) -> float:
+    """The model's live_fraction for a record under a config (Tokamax causal block skipping)."""
+    return _causal_blocks(rec, cfg)[0]
+
+
+def _estimate(rec: dict[str, Any], ir: Any, ir_unmasked: Any, cfg: Config, target: str) -> Any:
+    """The model's estimate for a record: Tokamax's causal kernels skip the hidden blocks
+    and mask only the diagonal ones (`_causal_blocks`), priced as the unmasked
+    kernel's time plus that share of what the mask adds on every visited block."""
+    tgt = TARGETS[target]
+    live, share = _causal_blocks(rec, cfg)
+    est = cost_model.estimate(ir, cfg, tgt, live_fraction=live)
+    if ir_unmasked is None or share >= 1.0:
+        return est
+    plain = cost_model.estimate(ir_unmasked, cfg, tgt, live_fraction=live)
+    mix = {f.name: getattr(plain, f.name) + share * (getattr(est, f.name) - getattr(plain, f.name))
+           for f in dataclasses.fields(est) if f.name not in ("steps", "peak_flops")}
+    return dataclasses.replace(est, **mix)
+
+
+def unmasked_ir(rec: dict[str, Any]) -> Any:
+    """For a causal attention record, the same kernel without the mask (`_estimate`)."""
+    sh = rec["shape"]
+    if rec["kernel"].endswith("attention_fwd") and sh["causal"]:
+        return _build(dict(rec, shape=dict(sh, causal=False)))[0]
+    return None
+
+
+def _unmasked(it: dict[str, Any]) -> Any:
+    """An item's unmasked IR: prepared with it, or built here for items made elsewhere."""
+    return it["ir_unmasked"] if "ir_unmasked" in it else unmasked_ir(it["rec"])
 
 
 def _build(rec: dict[str, Any]) -> tuple[Any, list[Config], str]:
@@ -175,13 +215,12 @@ def _feasible(ir: Any, target: str, wide: bool) -> list[Config]:
     return out
 
 
-def _model_best(rec: dict[str, Any], ir: Any, target: str, cands: list[Config]
-                ) -> tuple[Config, Any]:
+def _model_best(rec: dict[str, Any], ir: Any, target: str, cands: list[Config],
+                ir_unmasked: Any = None) -> tuple[Config, Any]:
     """The config the analytical model ranks first among `cands`."""
-    tgt = TARGETS[target]
     best = None
     for cfg in cands:
-        est = cost_model.estimate(ir, cfg, tgt, live_fraction=_live(rec, cfg))
+        est = _estimate(rec, ir, ir_unmasked, cfg, target)
         if best is None or est.seconds < best[1].seconds:
             best = (cfg, est)
     assert best is not None
@@ -257,7 +296,8 @@ def prepare(data_path: str) -> list[dict[str, Any]]:
         if rec["kernel"].endswith("attention_fwd") and sh.get("return_residuals"):
             r = _meta((sh["batch"] * sh["heads_q"] * sh["seq_q"], LANES), torch.float32)
             epi = residual_epilogue.ir(r, r)
-        items.append({"rec": rec, "ir": ir, "target": target, "how": how, "cfgs": cfgs,
+        items.append({"rec": rec, "ir": ir, "ir_unmasked": unmasked_ir(rec), "target": target,
+                      "how": how, "cfgs": cfgs,
                       "epilogue": epi,
                       "wide": wide, "space": space, "measured_s": t_meas,
                       "split": "fit" if rec["table"] in FIT_TABLES else "held_out",
@@ -269,10 +309,10 @@ def model_time(it: dict[str, Any]) -> tuple[Config, Any, float]:
     """(config, estimate, modelled time as the publisher measured it) for one item."""
     rec, target = it["rec"], it["target"]
     if it["how"] == "model-best":
-        cfg, est = _model_best(rec, it["ir"], target, it["wide"])
+        cfg, est = _model_best(rec, it["ir"], target, it["wide"], _unmasked(it))
     else:
         cfg = it["cfgs"][0]
-        est = cost_model.estimate(it["ir"], cfg, TARGETS[target], live_fraction=_live(rec, cfg))
+        est = _estimate(rec, it["ir"], _unmasked(it), cfg, target)
     return cfg, est, est.seconds + _extra(it)
 
 
@@ -328,7 +368,7 @@ def run(data_path: str, items: list[dict[str, Any]] | None = None) -> dict[str, 
         cfg, est, t_model = model_time(it)
         space_pick = None
         if it["how"] == "model-best":
-            scfg, sest = _model_best(rec, it["ir"], target, it["space"])
+            scfg, sest = _model_best(rec, it["ir"], target, it["space"], _unmasked(it))
             s_model = sest.seconds + _extra(it)
             space_pick = {"config": json.loads(scfg.to_json()), "model_s": s_model,
                           "ratio": s_model / t_meas}

@@ -61,15 +61,32 @@ def residual_epilogue(m: torch.Tensor, lsum: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def causal_live_fraction(sq: int, skv: int, bq: int, bkv: int) -> float:
-    """Share of (q block, kv block) grid steps a causal mask leaves at least partly visible
-    (bottom-right aligned, as kernel_dsl and Tokamax align it): the steps Tokamax computes."""
+def _causal_blocks(sq: int, skv: int, bq: int, bkv: int) -> tuple[int, int, int]:
+    """(block pairs at least partly visible, partly masked among them, all block pairs) of a
+    causal mask, bottom-right aligned as kernel_dsl and Tokamax align it."""
     nq, nk = -(-sq // bq), -(-skv // bkv)
-    live = 0
+    live = full = 0
     for i in range(nq):
-        last_row = min((i + 1) * bq, sq) - 1 + (skv - sq)
+        shift = skv - sq
+        last_row = min((i + 1) * bq, sq) - 1 + shift  # the block's last row sees keys <= this
+        first_row = i * bq + shift  # ... and its first row keys <= this
         live += min(nk, max(0, last_row // bkv + 1))
-    return live / (nq * nk)
+        full += min(nk, max(0, (first_row + 1) // bkv))  # kv blocks every row sees whole
+    return live, live - full, nq * nk
+
+
+def causal_live_fraction(sq: int, skv: int, bq: int, bkv: int) -> float:
+    """Share of (q block, kv block) grid steps a causal mask leaves at least partly visible:
+    the steps Tokamax computes."""
+    live, _, total = _causal_blocks(sq, skv, bq, bkv)
+    return live / total
+
+
+def causal_masked_share(sq: int, skv: int, bq: int, bkv: int) -> float:
+    """Share of the visited block pairs that the causal mask cuts (the diagonal ones): the only
+    ones Tokamax's splash kernel masks (`should_not_mask` skips the mask on whole blocks)."""
+    live, masked, _ = _causal_blocks(sq, skv, bq, bkv)
+    return masked / live if live else 0.0
 
 
 def tokamax_transpose_bytes(rec: dict[str, Any]) -> float:

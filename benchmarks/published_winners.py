@@ -54,7 +54,7 @@ def _pick(rec: dict[str, Any], ir: Any, target: str, wide: bool, extra: float) -
     tgt = pc.TARGETS[target]  # pruned as the autotuner prunes: the estimate with its headroom
     cands = [c for c in pc._feasible(ir, target, wide)
              if fits_vmem(pc.estimate_vmem(pc.render(ir, c, target), tgt), tgt)]
-    cfg, est = pc._model_best(rec, ir, target, cands)
+    cfg, est = pc._model_best(rec, ir, target, cands, pc.unmasked_ir(rec))
     return {"config": _cfg(cfg), "model_s": est.seconds + extra, "candidates": len(cands)}
 
 

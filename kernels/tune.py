@@ -5,6 +5,7 @@
     python -m kernel_dsl.kernels.tune --causal-only [--target tpu-v6e]    # causal attention only
     python -m kernel_dsl.kernels.tune --no-causal [--only matmul_kernel]   # all but causal attention
     python -m kernel_dsl.kernels.tune --reverify flash_attention_bwd_dq   # after a kernel edit
+    python -m kernel_dsl.kernels.tune --causal-only --attention-shape 64,8192   # one shape
 
 For each library kernel at the common shapes below, `kernel.autotune(..., target=...)` (the
 "model" evaluator: the analytical cost model ranks the config space, the VMEM estimate prunes,
@@ -108,13 +109,17 @@ def entry_args(kernel: Any, entry: dict[str, Any]) -> tuple[Any, ...]:
 
 def tune_target(target: str, budget: float, only: set[str] | None, log: Any,
                 causal_only: bool = False, no_causal: bool = False, top_k: int = 4,
-                timeout: float = 120.0, found: Any = None) -> list[dict[str, Any]]:
+                timeout: float = 120.0, found: Any = None,
+                attention_shapes: set[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
     """The winners of `target`'s problems; `found(entry)` is called on each as it is found."""
     entries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         cache = TuningCache(tmp, version=__version__)
         for name, args in problems():
             if only and name not in only:
+                continue
+            if attention_shapes is not None and (not name.startswith("flash_attention")
+                                                 or tuple(args[0].shape[:2]) not in attention_shapes):
                 continue
             kernel = KERNELS[name]
             ir = kernel.ir(*args)
@@ -292,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reverify", metavar="KERNEL",
                     help="re-verify KERNEL's shipped configs after an edit that keeps its blocks "
                          "(compile, CPU check, model; the entries take the new arguments' key)")
+    ap.add_argument("--attention-shape", action="append", metavar="BH,S",
+                    help="tune only the attention problems of this [B*Hkv, S] (repeatable)")
     a = ap.parse_args(argv)
+    shapes = ({tuple(int(v) for v in x.split(",")) for x in a.attention_shape}
+              if a.attention_shape else None)
     if a.reverify:
         for target in a.target or SHIPPED_TARGETS:
             print(reverify(target, a.reverify, lambda msg: print(msg, file=sys.stderr, flush=True)))
@@ -304,14 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.causal_only and a.no_causal:
         ap.error("--causal-only and --no-causal exclude each other")
     only = set(a.only) if a.only else None
-    merge = only is not None or a.causal_only or a.no_causal
+    merge = only is not None or a.causal_only or a.no_causal or shapes is not None
     for target in a.target or SHIPPED_TARGETS:
         # merged runs write each winner as it is found: a run cut short (hours at 4096-blocks on
         # a small machine) keeps what it finished; a full run replaces the file at its end
         entries = tune_target(target, a.budget, only,
                               lambda msg: print(msg, file=sys.stderr, flush=True), a.causal_only,
                               a.no_causal, a.top_k, a.timeout,
-                              (lambda e, t=target: write(t, [e], a.budget, True)) if merge else None)
+                              (lambda e, t=target: write(t, [e], a.budget, True)) if merge else None,
+                              shapes)
         print(write(target, entries, a.budget, merge=merge))
     return 0
 

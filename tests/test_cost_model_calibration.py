@@ -99,6 +99,23 @@ def test_causal_block_skipping_counts_the_visible_block_pairs() -> None:
     assert pc.causal_live_fraction(4096, 4096, 2048, 1024) == (2 + 4) / 8
 
 
+def test_tokamax_masks_only_the_diagonal_block_pairs() -> None:
+    assert pc.causal_masked_share(4096, 4096, 1024, 1024) == 4 / 10  # the 4 diagonal of 10 visited
+    assert pc.causal_masked_share(1024, 1024, 1024, 1024) == 1.0
+    assert pc.causal_masked_share(4096, 4096, 2048, 1024) == 4 / 6  # 2 + 2 cut, 2 whole
+    assert pc.causal_masked_share(1024, 2048, 1024, 1024) == 1 / 2  # bottom-right: kv block 0 whole
+    # priced between the unmasked kernel and one that masks every visited block
+    rec = RECORDS[FA.format(chip="v6e", shape="2x8192x16x128-kv16-causal")]
+    ir, (cfg,), _ = pc._build(rec)
+    tgt = pc.TARGETS["tpu-v6e"]
+    live = pc._live(rec, cfg)
+    every = cost_model.estimate(ir, cfg, tgt, live_fraction=live).seconds
+    none = cost_model.estimate(pc.unmasked_ir(rec), cfg, tgt, live_fraction=live).seconds
+    diag = pc._estimate(rec, ir, pc.unmasked_ir(rec), cfg, "tpu-v6e").seconds
+    share = pc.causal_masked_share(8192, 8192, 2048, 2048)
+    assert none < diag < every and diag == pytest.approx(none + share * (every - none))
+
+
 def test_every_target_has_a_calibration() -> None:
     from kernel_dsl.lowering.pallas.targets import TARGETS
     assert set(TARGETS) <= set(cost_model.CALIBRATION)
