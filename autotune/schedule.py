@@ -334,22 +334,24 @@ def schedule_estimate(ir: KernelIR, config: Config, target: str, profile: dict[s
     outside = profile["outside_loop_bundles"] / profile["clock_hz"]
     body = live * max(c_step, d_step)
     seconds = fill + body + outside
-    # variant: plus the analytical model's fitted per-DMA issue / wait cost (dma_issue_s), which
-    # a static schedule cannot see (a `dma.done.wait` stalls for as long as the DMA takes)
-    issue = cal.dma_issue_s * dmas * live_fraction / cores / live
-    with_issue = fill + live * max(c_step + issue, d_step) + outside
+    # variant: plus the analytical model's fitted serial cost of a grid step (step_s, and
+    # dma_issue_s per block DMA), which a static schedule cannot see: a `dma.done.wait` is one
+    # bundle but stalls for as long as the DMA takes. Skipped steps pay step_s alone, as there.
+    over = cal.step_s + cal.dma_issue_s * dmas * live_fraction / cores / live
+    with_over = (fill + live * max(c_step + over, d_step) + (core_steps - live) * cal.step_s
+                 + outside)
     ana = cost_model.estimate(ir, config, tgt, live_fraction=live_fraction)
     # the MXU time of a step at 100% of peak: a schedule below it is not counting cycles
     mxu_floor = ana.mxu_seconds * cal.mxu_efficiency / live
-    return {"seconds": seconds, "seconds_with_dma_issue": with_issue, "mxu_floor_step_s": mxu_floor,
-            "dma_issue_step_s": issue, "compute_step_s": c_step, "dma_step_s": d_step,
+    return {"seconds": seconds, "seconds_with_overhead": with_over, "mxu_floor_step_s": mxu_floor,
+            "overhead_step_s": over, "compute_step_s": c_step, "dma_step_s": d_step,
             "fill_s": fill, "outside_s": outside, "core_steps": core_steps,
             "bound": "compute" if c_step >= d_step else "dma",
             "analytical_s": ana.seconds}
 
 
 def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
-                       with_dma_issue: bool = False, log: list[dict[str, Any]] | None = None
+                       with_overhead: bool = False, log: list[dict[str, Any]] | None = None
                        ) -> Callable[[Config], float]:
     """An opt-in autotune objective (autotune/search.py `Objective`: Config -> seconds, inf if
     invalid) from the compiler's schedule: one libtpu compile per call (~5-15 s). Configs the
@@ -357,8 +359,8 @@ def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
     unusable (ScheduleDumpError other than a failed compile) gets the analytical model's
     seconds, and `log` records which evaluator decided each config and whether the config
     compiled for the target (`compiled`: the same compile as lowering/pallas/check.py's first
-    one, so the autotuner need not compile it again to verify it). `with_dma_issue` adds the
-    analytical model's fitted per-DMA issue / wait cost (docs/schedule_evaluator.md: without it
+    one, so the autotuner need not compile it again to verify it). `with_overhead` adds the
+    analytical model's fitted serial cost per grid step (docs/schedule_evaluator.md: without it
     small blocks come out 3.5x too fast). Not the default path:
     `search.run(name, space, start, schedule_objective(ir, target), budget_s)`."""
     from kernel_dsl.lowering.pallas.targets import TARGETS
@@ -385,7 +387,7 @@ def schedule_objective(ir: KernelIR, target: str, *, fallback: bool = True,
                     f"MXU's {est['mxu_floor_step_s'] * 1e6:.3g} us at peak: its bundles are not "
                     "cycles for this config")
             entry.update(evaluator="schedule", wall_s=prof["wall_s"],
-                         seconds=est["seconds_with_dma_issue" if with_dma_issue else "seconds"])
+                         seconds=est["seconds_with_overhead" if with_overhead else "seconds"])
         except ScheduleDumpError as e:
             entry["compiled"] = entry["compiled"] or not isinstance(e, CompileFailed)
             if isinstance(e, CompileFailed) or not fallback:

@@ -294,7 +294,7 @@ def _from_record(r: dict[str, Any]) -> Candidate:
 def _rerank_by_schedule(ir: KernelIR, target: str, ranked: list[Candidate], rerank: int,
                         deadline: float, progress: Progress) -> list[Candidate]:
     """Re-prices the `rerank` best-modelled candidates from the compiler's schedule (with the
-    model's fitted per-DMA issue cost, without which small blocks come out ~3.5x too fast:
+    model's fitted serial cost per grid step, without which small blocks come out ~3.5x too fast:
     docs/schedule_evaluator.md) and puts them first, in schedule order. A config whose compile
     fails is settled as failed here; one whose dump is unusable keeps its model price. A config
     whose pricing compile succeeded is `compiled`: that was the verification compile, so
@@ -303,7 +303,7 @@ def _rerank_by_schedule(ir: KernelIR, target: str, ranked: list[Candidate], rera
 
     head = [c for c in ranked[:rerank] if c.status == "unverified"]
     log: list[dict[str, Any]] = []
-    objective = schedule_objective(ir, target, with_dma_issue=True, log=log)
+    objective = schedule_objective(ir, target, with_overhead=True, log=log)
     priced: list[Candidate] = []
     for c in head:
         if time.monotonic() >= deadline:

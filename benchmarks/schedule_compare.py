@@ -73,15 +73,15 @@ def main() -> None:
             "analytical_s": ana_s,
             "analytical_ratio": ana_s / it["measured_s"], "dispatch_s": extra}
         if "error" in prof:
-            row.update(schedule_s=None, schedule_ratio=None, schedule_issue_ratio=None,
+            row.update(schedule_s=None, schedule_ratio=None, schedule_overhead_ratio=None,
                        error=prof["error"])
         else:
             se = schedule.schedule_estimate(it["ir"], cfg, target, prof,
                                             live_fraction=pc._live(rec, cfg))
             row.update(schedule_s=se["seconds"] + extra,
                        schedule_ratio=(se["seconds"] + extra) / it["measured_s"],
-                       schedule_issue_s=se["seconds_with_dma_issue"] + extra,
-                       schedule_issue_ratio=(se["seconds_with_dma_issue"] + extra)
+                       schedule_overhead_s=se["seconds_with_overhead"] + extra,
+                       schedule_overhead_ratio=(se["seconds_with_overhead"] + extra)
                        / it["measured_s"],
                        schedule_bound=se["bound"], compute_step_s=se["compute_step_s"],
                        dma_step_s=se["dma_step_s"], total_bundles=prof["total_bundles"],
@@ -113,10 +113,10 @@ def main() -> None:
            "per_candidate_wall_s": {"median": statistics.median(walls) if walls else None,
                                     "max": max(walls) if walls else None},
            "summary": {"schedule": summary("schedule_ratio"),
-                       "schedule_plus_dma_issue": summary("schedule_issue_ratio"),
+                       "schedule_plus_overhead": summary("schedule_overhead_ratio"),
                        "analytical": summary("analytical_ratio")},
            "summary_flash_v5p": {"schedule": summary("schedule_ratio", FLASH_TABLE),
-                                 "schedule_plus_dma_issue": summary("schedule_issue_ratio",
+                                 "schedule_plus_overhead": summary("schedule_overhead_ratio",
                                                                     FLASH_TABLE),
                                  "analytical": summary("analytical_ratio", FLASH_TABLE)},
            "rows": rows}
@@ -127,7 +127,7 @@ def main() -> None:
         sr = "-" if r["schedule_ratio"] is None else f"{r['schedule_ratio']:5.2f}"
         print(f"{r['id'][:62]:<62} {','.join(map(str, r['config'])):<14} "
               f"{r['measured_s'] * 1e6:8.1f} {r['analytical_s'] * 1e6:8.1f} "
-              f"{r['analytical_ratio']:5.2f} {s:>8} {sr:>5} {_r(r['schedule_issue_ratio']):>5} "
+              f"{r['analytical_ratio']:5.2f} {s:>8} {sr:>5} {_r(r['schedule_overhead_ratio']):>5} "
               f"{r.get('step_bundles', 0):12.0f} "
               f"{r.get('schedule_bound', r.get('error', '')[:40])}")
     for name in ("summary", "summary_flash_v5p"):

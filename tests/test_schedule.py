@@ -79,6 +79,24 @@ def test_parser_reads_loops_trips_and_branches() -> None:
     assert [(b.at, b.target, b.bundles) for b in s.branches] == [(2, 5, 2)]
 
 
+def test_overhead_variant_adds_the_models_serial_cost_per_step() -> None:
+    """`seconds_with_overhead` adds what a static schedule cannot see, as the analytical model
+    prices it: step_s plus dma_issue_s per block DMA on every step (the calibrated model keeps
+    most of it in step_s: adding dma_issue_s alone left 128-blocks ~2x too fast)."""
+    from kernel_dsl.autotune import cost_model
+
+    cfg = Config([128, 128, 128], loop_mode="grid")
+    steps = 8 ** 3
+    cal = cost_model.CALIBRATION["tpu-v5e"]
+    # compute-bound steps (1 us each, far above the DMA), no code outside the grid loop
+    prof = {"clock_hz": 1e9, "grid_steps": steps, "step_compute_s": 1e-6, "outside_loop_bundles": 0}
+    est = schedule.schedule_estimate(_ir(), cfg, "tpu-v5e", prof)
+    assert est["bound"] == "compute" and est["overhead_step_s"] > cal.step_s
+    extra = est["seconds_with_overhead"] - est["seconds"]
+    assert extra == pytest.approx(est["core_steps"] * est["overhead_step_s"])
+    assert extra >= est["core_steps"] * cal.step_s
+
+
 def test_objective_falls_back_to_the_analytical_model_without_a_clock() -> None:
     from kernel_dsl.autotune import cost_model
     from kernel_dsl.lowering.pallas.targets import TARGETS
@@ -146,7 +164,7 @@ def test_a_config_compiled_for_its_schedule_is_not_compiled_again(tmp_path, monk
     args = (torch.empty(256, 256, dtype=BF), torch.empty(256, 256, dtype=BF))
     priced: list[str] = []
 
-    def fake_objective(ir, target, *, with_dma_issue=False, log=None, **_):  # type: ignore[no-untyped-def]
+    def fake_objective(ir, target, *, with_overhead=False, log=None, **_):  # type: ignore[no-untyped-def]
         def objective(cfg: Config) -> float:  # a stand-in for the libtpu compile with dumps
             seconds = cost_model.estimate(ir, cfg, TARGETS[target]).seconds
             log.append({"config": cfg.to_json(), "compiled": True, "evaluator": "schedule",
