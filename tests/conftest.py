@@ -38,3 +38,11 @@ def _backends_unchanged():  # type: ignore[no-untyped-def]
     lowering._BACKENDS.update(before)  # the next tests start clean either way
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before), \
         "a test left the backend registry changed (lowering.unregister what it registers)"
+
+
+@pytest.fixture
+def dynamo_reset():  # type: ignore[no-untyped-def]
+    """Fresh Dynamo caches before and after a compile test."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

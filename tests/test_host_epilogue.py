@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
+from host_helpers import BACKENDS, run
 from torch import Tensor
 
 import kernel_dsl as kd
 from kernel_dsl.errors import KernelSyntaxError
 
-BACKENDS = ("pallas", "triton", "nki")
 TPU_TARGETS = ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-v7x"]
 
 
@@ -336,13 +336,6 @@ def test_opcheck_on_epilogue_kernels() -> None:
         assert all(v == "SUCCESS" for v in result.values()), result
 
 
-@pytest.fixture
-def dynamo_reset() -> Any:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_torch_compile_fullgraph(dynamo_reset: Any, dynamic: bool) -> None:
     counter = torch._dynamo.testing.CompileCounter()
@@ -514,3 +507,69 @@ def test_the_real_tpu_compiler_accepts_the_ports() -> None:
                 assert not e.ok and V4_ROW_SUM in e.message, report.table()
             else:
                 assert e.ok, report.table()
+
+
+# -- host code after the kernel on its outputs (Helion's cross_entropy, kl_div) --------------------
+
+@kd.kernel
+def mean_row_sums(x: torch.Tensor):
+    """cross_entropy's `return losses.mean()`."""
+    n, v = x.shape
+    losses = torch.zeros([n], dtype=x.dtype, device=x.device)
+    for tn in kd.tile(n):
+        losses[tn] = x[tn, :].sum(-1)
+    return losses.mean()
+
+
+@kd.kernel
+def batchmean(x: torch.Tensor):
+    """kl_div's `torch.sum(loss) / BT`, next to a view of the same output times 2."""
+    n, v = x.shape
+    loss = torch.zeros([n], dtype=torch.float32, device=x.device)
+    for tn in kd.tile(n):
+        loss[tn] = x[tn, :].float().sum(-1)
+    return torch.sum(loss) / n, loss.view(1, n) * 2
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33)], ids=str)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host_code_after_the_kernel_runs_on_its_outputs(backend: str, shape: tuple[int, int]) -> None:
+    x = torch.randn(*shape)
+    torch.testing.assert_close(run(mean_row_sums, backend, x), x.sum(-1).mean())
+    a, b = run(batchmean, backend, x)
+    torch.testing.assert_close(a, x.sum(-1).sum() / shape[0])
+    torch.testing.assert_close(b, x.sum(-1).view(1, -1) * 2)
+
+
+def test_an_epilogue_through_the_op_and_torch_compile(dynamo_reset: Any) -> None:
+    x = torch.randn(9, 20)
+    op = batchmean._ops.op
+    result = torch.library.opcheck(op, (x,))
+    assert all(v == "SUCCESS" for v in result.values()), result
+    f = torch.compile(lambda t: mean_row_sums(t) * 3, fullgraph=True)
+    torch.testing.assert_close(f(x), x.sum(-1).mean() * 3)
+
+
+@pytest.mark.parametrize("body, words", [
+    ("x.add_(1)\n    return out", "writes into a kernel argument"),
+    ("return out.sum().item()", r"`\.item\(\)` reads tensor values"),
+    ("return out if out.sum() > 0 else out2", "`if`/`and`/`or`/`bool\\(\\)` on a tensor"),
+], ids=["in-place-argument", "item", "if"])
+def test_epilogues_that_read_data_or_write_arguments_are_refused(tmp_path: Any, body: str,
+                                                                 words: str) -> None:
+    """Host code after the kernel (kernel_dsl/host_epilogue.py) is traced once, without data."""
+    import importlib.util
+
+    src = (
+        "import torch\nimport kernel_dsl as kd\n\n@kd.kernel\ndef k(x: torch.Tensor):\n"
+        "    out = torch.empty_like(x)\n    out2 = torch.empty_like(x)\n"
+        "    for t in kd.tile(x.shape[0]):\n        out[t] = x[t]\n        out2[t] = x[t]\n"
+        f"    {body}\n")
+    path = tmp_path / "epi_mod.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("epi_mod", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    with pytest.raises(KernelSyntaxError, match=words) as e:
+        mod.k(torch.randn(5))
+    assert "epi_mod.py:11:" in str(e.value) and e.value.hint, str(e.value)  # the user's line

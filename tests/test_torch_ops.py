@@ -27,14 +27,6 @@ def close(actual: torch.Tensor, expected: torch.Tensor, tol: float = 1e-4) -> No
     torch.testing.assert_close(actual, expected, atol=tol, rtol=tol)
 
 
-@pytest.fixture
-def dynamo_reset() -> Any:
-    """Fresh Dynamo caches before and after a compile test."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 # -- (a) opcheck ------------------------------------------------------------------------------------
 
 def _opcheck(kernel: Any, args: tuple[Any, ...]) -> None:
