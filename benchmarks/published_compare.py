@@ -216,8 +216,8 @@ def _feasible(ir: Any, target: str, wide: bool) -> list[Config]:
 
 
 def _model_best(rec: dict[str, Any], ir: Any, target: str, cands: list[Config],
-                ir_unmasked: Any = None) -> tuple[Config, Any]:
-    """The config the analytical model ranks first among `cands`."""
+                ir_unmasked: Any) -> tuple[Config, Any]:
+    """The config the analytical model ranks first among `cands` (`ir_unmasked`: `_estimate`)."""
     best = None
     for cfg in cands:
         est = _estimate(rec, ir, ir_unmasked, cfg, target)

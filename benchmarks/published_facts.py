@@ -66,8 +66,8 @@ def _causal_blocks(sq: int, skv: int, bq: int, bkv: int) -> tuple[int, int, int]
     causal mask, bottom-right aligned as kernel_dsl and Tokamax align it."""
     nq, nk = -(-sq // bq), -(-skv // bkv)
     live = full = 0
+    shift = skv - sq
     for i in range(nq):
-        shift = skv - sq
         last_row = min((i + 1) * bq, sq) - 1 + shift  # the block's last row sees keys <= this
         first_row = i * bq + shift  # ... and its first row keys <= this
         live += min(nk, max(0, last_row // bkv + 1))

@@ -313,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.causal_only and a.no_causal:
         ap.error("--causal-only and --no-causal exclude each other")
     only = set(a.only) if a.only else None
+    known = {tuple(args[0].shape[:2]) for name, args in problems() if name.startswith("flash_attention")}
+    if shapes is not None and not shapes <= known:
+        ap.error(f"--attention-shape {sorted(shapes - known)}: no such attention problem "
+                 f"(the tuned [B*Hkv, S] are {sorted(known)})")
     merge = only is not None or a.causal_only or a.no_causal or shapes is not None
     for target in a.target or SHIPPED_TARGETS:
         # merged runs write each winner as it is found: a run cut short (hours at 4096-blocks on
