@@ -32,7 +32,7 @@ from kernel_dsl.lowering.pallas.targets import TPU_TARGETS
 from kernel_dsl.version import __version__
 
 from . import KERNELS
-from .tuned import CONFIG_DIR, dynamic_loops
+from .tuned import CONFIG_DIR, dynamic_loops, entry_args
 
 E, BF, I32 = torch.empty, torch.bfloat16, torch.int32
 SHIPPED_TARGETS = ("tpu-v4", "tpu-v5e", "tpu-v6e", "tpu-v5p", "tpu-v7x")
@@ -88,23 +88,6 @@ def problems() -> list[tuple[str, tuple[Any, ...]]]:
     for m, n in ((8192, 4096), (4096, 8192)):
         out += _rows(m, n)
     return out
-
-
-def entry_args(kernel: Any, entry: dict[str, Any]) -> tuple[Any, ...]:
-    """Shape-only arguments that reproduce an entry's specialization (meta tensors + scalars)."""
-    from kernel_dsl.dtypes import IR_TO_TORCH
-
-    shapes, dts, scalars = iter(entry["shapes"]), iter(entry["dtypes"]), iter(entry["scalars"])
-    args: list[Any] = []
-    for kind in kernel.kinds:
-        if kind == "Tensor":
-            args.append(torch.empty(next(shapes), dtype=IR_TO_TORCH[next(dts)], device="meta"))
-            continue
-        s = next(scalars, entry_args)  # an entry older than a defaulted scalar: its default
-        if s is entry_args:
-            break
-        args.append(s)
-    return tuple(args)
 
 
 def tune_target(target: str, budget: float, only: set[str] | None, log: Any,

@@ -12,8 +12,13 @@ Each file holds the offline autotuner's winners for one TPU generation, one entr
 Lookup: the entry with exactly these shapes and dtypes (and `dynamic_loops`: a causal kernel that
 skips blocks is tuned apart from the same shapes without skipping); otherwise the nearest entry of the same
 kernel and dtypes (distance: sum over dims of |log2 ratio|) whose config still fits the target's
-VMEM at the new shapes by the analytical estimate. Every candidate is rendered first, so a
-config the kernel no longer accepts (an edited kernel, a stale file) is skipped, never used.
+VMEM at the new shapes. That figure is the entry's measured `vmem_used` plus what the analytical
+estimate (lowering/pallas/vmem.py) adds from the entry's shapes to these: the same config keeps
+the same intermediates the estimate leaves out (it runs 10-50% under the compiler for attention),
+so only the shape-dependent part moves; scaling the whole estimate by its headroom instead let a
+forward config measured at 60 of 64 MiB at S=2048 be used at S=4096, where it needs 68. Every
+candidate is rendered first, so a config the kernel no longer accepts (an edited kernel, a stale
+file) is skipped, never used.
 None when nothing fits: the caller then uses the backend's default config, which is valid for
 any shape.
 """
@@ -61,14 +66,51 @@ def _distance(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(abs(math.log2(p) - math.log2(q)) for x, y in zip(a, b) for p, q in zip(x, y))
 
 
-def _fits(ir: KernelIR, cfg: Config, target: TpuTarget) -> bool:
+def entry_args(kernel: Any, entry: dict[str, Any]) -> tuple[Any, ...]:
+    """Shape-only arguments that reproduce an entry's specialization (meta tensors + scalars)."""
+    import torch
+
+    from kernel_dsl.dtypes import IR_TO_TORCH
+
+    shapes, dts, scalars = iter(entry["shapes"]), iter(entry["dtypes"]), iter(entry["scalars"])
+    args: list[Any] = []
+    for kind in kernel.kinds:
+        if kind == "Tensor":
+            args.append(torch.empty(next(shapes), dtype=IR_TO_TORCH[next(dts)], device="meta"))
+            continue
+        s = next(scalars, entry_args)  # an entry older than a defaulted scalar: its default
+        if s is entry_args:
+            break
+        args.append(s)
+    return tuple(args)
+
+
+def _estimate(ir: KernelIR, cfg: Config, target: TpuTarget) -> int | None:
+    """The analytical VMEM estimate of `cfg` on `ir`; None if the kernel refuses the config."""
     from kernel_dsl.lowering.pallas import BACKEND  # the renderer: pure Python, no JAX
 
     try:
-        gen = BACKEND.render(ir, cfg, target.name)
+        return BACKEND.estimate_vmem(BACKEND.render(ir, cfg, target.name))
     except KernelError:
+        return None
+
+
+def _fits(name: str, ir: KernelIR, cfg: Config, target: TpuTarget, entry: dict[str, Any]) -> bool:
+    """Whether the entry's config fits `target`'s VMEM at `ir`'s shapes (module docstring)."""
+    from kernel_dsl.lowering.pallas.vmem import fits_vmem
+
+    here = _estimate(ir, cfg, target)
+    if here is None:
         return False
-    return BACKEND.estimate_vmem(gen) <= target.vmem_bytes
+    measured = entry.get("vmem_used")
+    if entry.get("shapes") == _shapes(ir):  # compiled at exactly these shapes when tuned
+        return (measured if measured is not None else here) <= target.vmem_bytes
+    if measured is None:  # nothing measured to anchor on: the autotuner's own pruning rule
+        return fits_vmem(here, target)
+    from . import KERNELS
+
+    there = _estimate(KERNELS[name].ir(*entry_args(KERNELS[name], entry)), cfg, target)
+    return there is not None and measured + here - there <= target.vmem_bytes
 
 
 _memo: dict[tuple[str, str, str], Config | None] = {}
@@ -90,7 +132,7 @@ def lookup(name: str, ir: KernelIR, target: TpuTarget) -> Config | None:
         if _distance(shapes, e.get("shapes", [])) == math.inf:
             break
         cfg = Config.from_json(json.dumps(e["config"]))
-        if _fits(ir, cfg, target):  # also refuses a config the kernel no longer accepts
+        if _fits(name, ir, cfg, target, e):  # also refuses a config the kernel no longer accepts
             found = cfg
             break
     _memo[memo_key] = found
