@@ -167,13 +167,10 @@ def section_offline(data: Any, pub: Any = None) -> list[str]:
            "the reduced 4096^3 problem, past the timeout); it now compiles candidates for "
            "feasibility, checks against the default raised to a quarter of the winner's "
            "blocks, and measures the winner's VMEM alone (autotune/tuner.py). "
-           "Every attention, softmax and layer_norm row is the winner of the run after the "
-           "calibration "
-           "(`KD_CACHE_DIR=<empty dir> python benchmarks/offline_tpu.py "
-           "--budget 90`, blocks capped at 512 / 1024, chosen with the first calibration's "
-           "constants), re-priced under the current model (`--rescore`); `python "
-           "benchmarks/offline_tpu.py --budget 240 --top-k 2 --timeout 300` re-tunes them "
-           "all.", ""]
+           "Every attention, softmax and layer_norm row was re-tuned at stop 31 in the same "
+           "widened space with the current calibration: `KD_CACHE_DIR=<empty dir> python "
+           "benchmarks/offline_tpu.py --budget 150 --top-k 2 --timeout 300 --only \"flash "
+           "attention\" --only softmax --only layer_norm`.", ""]
     if data is None:
         return out + ["(no results saved)", ""]
     out += ["The model column: which model made a row's time and % of peak, and that model's "
@@ -181,8 +178,9 @@ def section_offline(data: Any, pub: Any = None) -> list[str]:
             "points, >= 1 ms, modelled / measured; the same kernel kind where the chip has one). "
             "`calibrated`: the calibrated analytical model (autotune/cost_model.py). No row is "
             "priced by the schedule evaluator: on the published points it is no better "
-            "(docs/schedule_evaluator.md: the v5e guide matmuls 18 of 18 within 10% for both "
-            "with the per-DMA issue cost, six v5p flash points median 0.88 for both) and it has "
+            "(docs/schedule_evaluator.md: of the 18 v5e guide matmuls, 18 within 10% "
+            "analytical and 10 with the schedule plus per-step overhead; six v5p flash "
+            "points: median 1.03 analytical, 1.11 schedule) and it has "
             "no TensorCore clock for v6e and TPU7x.", "",
             "| kernel | target | tuned config | modelled us | % peak FLOP/s | % HBM BW | VMEM MiB | "
             "compiles | tuning s | model (error vs published, §8) |",

@@ -113,7 +113,7 @@ def _fits(name: str, ir: KernelIR, cfg: Config, target: TpuTarget, entry: dict[s
     return there is not None and measured + here - there <= target.vmem_bytes
 
 
-_memo: dict[tuple[str, str, str], Config | None] = {}
+_memo: dict[tuple[str, str, str, bool], Config | None] = {}
 
 
 def lookup(name: str, ir: KernelIR, target: TpuTarget) -> Config | None:
