@@ -5,7 +5,7 @@
 For every entry of kernels/configs/<target>.json that differs from the same entry (kernel,
 shapes, scalars) at git revision REV, prints the old and new config, both configs' modelled
 microseconds under today's `autotune.cost_model` (at the entry's own arguments,
-kernels/tune.py `entry_args`), new / old, and the VMEM each one's tuning measured; then the
+kernels/tuned.py `entry_args`), new / old, and the VMEM each one's tuning measured; then the
 geometric mean and range of new / old per target. The entries' stored `model_s` came from
 whichever calibration tuned them, so they are not comparable with each other; this is.
 """
@@ -19,7 +19,9 @@ import subprocess
 
 from kernel_dsl.autotune import cost_model
 from kernel_dsl.config import Config
-from kernel_dsl.kernels.tune import KERNELS, SHIPPED_TARGETS, entry_args
+from kernel_dsl.kernels import KERNELS
+from kernel_dsl.kernels.tune import SHIPPED_TARGETS
+from kernel_dsl.kernels.tuned import entry_args
 from kernel_dsl.lowering.pallas.targets import TARGETS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

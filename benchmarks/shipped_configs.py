@@ -20,8 +20,8 @@ from typing import Any
 from kernel_dsl.autotune import cost_model
 from kernel_dsl.config import Config
 from kernel_dsl.kernels import KERNELS
-from kernel_dsl.kernels.tune import SHIPPED_TARGETS, entry_args
-from kernel_dsl.kernels.tuned import CONFIG_DIR
+from kernel_dsl.kernels.tune import SHIPPED_TARGETS
+from kernel_dsl.kernels.tuned import CONFIG_DIR, entry_args
 from kernel_dsl.lowering.pallas.targets import tpu_target
 
 

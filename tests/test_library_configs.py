@@ -13,7 +13,8 @@ import torch
 
 import kernel_dsl as kd
 from kernel_dsl.kernels import KERNELS, base, tuned
-from kernel_dsl.kernels.tune import SHIPPED_TARGETS, entry_args
+from kernel_dsl.kernels.tune import SHIPPED_TARGETS
+from kernel_dsl.kernels.tuned import entry_args
 from kernel_dsl.lowering import pallas
 from kernel_dsl.lowering.pallas import targets
 from kernel_dsl.lowering.pallas.targets import tpu_target
