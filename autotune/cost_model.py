@@ -16,9 +16,11 @@ evenly over its steps,
 - Vector: every elementwise, compare, select, cast and reduce op of the IR counts its result
   (reduce: its input) elements; transcendentals (exp, rsqrt, div, ...) run on the EUP at
   `eup_s` per element, the rest on the VPU at `eup_s / EUP_OVER_VPU`. Masked-out work counts
-  where the kernel does it: a loop's ops count once per block it visits (its mean trip count
-  over the grid), so causal attention's mask (compare and select) counts on the diagonal
-  blocks only, where its second key loop runs, and not on the unmasked blocks below them.
+  where the kernel does it: a loop's ops count once per block it visits (its body runs per
+  grid point, averaged over the grid; nested loops together, so an inner loop bounded by an
+  outer loop's tile counts its triangle, not its static most), so causal attention's mask
+  (compare and select) counts on the diagonal blocks only, where its second key loop runs,
+  and not on the unmasked blocks below them.
 - MXU and vector work overlap (VLIW slots), except a fraction MXU_VECTOR_SERIAL of the smaller
   of the two (the softmax of a block waits for its QK^T dot, the PV dot for the softmax).
 - Step overhead: pipeline bookkeeping on the scalar core (semaphore waits, index maps, DMA
@@ -189,14 +191,16 @@ def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float,
     """(useful FLOPs, MXU-padded bf16-pass FLOPs, EUP elements, VPU elements) of one run."""
     useful = padded = eup = vpu = 0.0
 
-    def walk(ops: list[Op], trips: float) -> None:
+    def walk(ops: list[Op], trips: float, chain: tuple[TileVar, ...] = ()) -> None:
         nonlocal useful, padded, eup, vpu
         for op in ops:
             if op.kind == "loop":
                 t = op.attrs["tile"]
-                # kd.tile(begin, end): the blocks it visits, averaged over the grid
-                visits = tile_bounds.mean_trips(t, ir.grid, plan.blocks)
-                walk(op.body.ops, trips * visits)  # type: ignore[union-attr]
+                # kd.tile(begin, end): the body runs it visits, averaged over the grid (nested
+                # loops together: an inner loop's bounds may read an outer loop's index)
+                inner = (*chain, t)
+                runs = tile_bounds.mean_body_runs(list(inner), ir.grid, plan.blocks)
+                walk(op.body.ops, runs, inner)  # type: ignore[union-attr]
             elif op.kind == "dot":
                 a, b = op.operands[0], op.operands[1]
                 ad = [plan.eb(d) if isinstance(d, TileVar) else d for d in a.shape]

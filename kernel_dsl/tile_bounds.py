@@ -199,6 +199,63 @@ def _tiles_read(t: TileVar) -> set[int]:
     return out
 
 
+def mean_body_runs(chain: list[TileVar], grid: list[TileVar], blocks: dict[int, int],
+                   max_points: int = 4096, budget: int = 200_000) -> float:
+    """How often the body of the innermost loop of `chain` (enclosing loops, outermost first)
+    runs per launch grid point, averaged over the grid: the cost model's count for nested
+    loops, where an inner loop's bounds may read an outer loop's index (`kd.tile(0, tm.end)`
+    inside `for tm in kd.tile(m)`) and loop counts that depend on the same grid index do not
+    multiply as averages. The grid is sampled so that at most about `budget` loop indices are
+    enumerated; past that, a loop counts at its static most, as `mean_trips` does."""
+    from .config import num_blocks
+
+    if not any(t.dynamic for t in chain):
+        n = 1.0
+        for t in chain:
+            n *= num_blocks(t, blocks)
+        return n
+    reads = [_tiles_read(t) if t.dynamic else set() for t in chain]
+    # an enclosing loop's index matters only if a deeper loop's bounds read it
+    read_below = [set().union(*reads[i + 1:]) for i in range(len(chain))]
+    used = set().union(*reads)
+    grid = [g for g in grid if g.id in used]
+    counts = [num_blocks(g, blocks) for g in grid]
+    left = [budget]
+
+    def runs(i: int, index: dict[int, int]) -> float:
+        if i == len(chain):
+            return 1.0
+        t = chain[i]
+        k = trips(t, index, blocks) if left[0] > 0 else None
+        if k is None:
+            k = num_blocks(t, blocks)
+        if t.id not in read_below[i]:
+            return k * runs(i + 1, index)
+        total = 0.0
+        for j in range(k):
+            left[0] -= 1
+            total += runs(i + 1, {**index, t.id: j})
+        return total
+
+    per_point = 1  # loop indices enumerated per grid point, at most
+    for t, below in zip(chain, read_below):
+        if t.id in below:
+            per_point *= num_blocks(t, blocks)
+    max_points = max(1, min(max_points, budget // per_point))
+    n = 1
+    for c in counts:
+        n *= c
+    step = -(-n // max_points) if n > max_points else 1  # a regular sample of a huge grid
+    total = points = 0.0
+    for flat in range(0, n, step):
+        index, rest = {}, flat
+        for g, c in zip(reversed(grid), reversed(counts)):
+            index[g.id], rest = rest % c, rest // c
+        total += runs(0, index)
+        points += 1
+    return total / max(points, 1)
+
+
 def mean_trips(t: TileVar, grid: list[TileVar], blocks: dict[int, int],
                max_points: int = 4096) -> float:
     """Loop `t`'s blocks averaged over the launch grid (the cost model's count of visited

@@ -187,6 +187,59 @@ def test_cost_model_counts_only_visited_blocks() -> None:
     assert tile_bounds.mean_trips(tk, ir.grid, blocks) == 2.5
 
 
+@kd.kernel
+def nested_causal_prefix(y: torch.Tensor):
+    """causal_prefix one level down: a grid over columns, a loop over row blocks, and inside it
+    a loop bounded by that loop's own tile (`kd.tile(0, tm.end)`)."""
+    m, n = y.shape
+    out = torch.empty([m, n], dtype=torch.float32)
+    for tn in kd.tile(n):
+        for tm in kd.tile(m):
+            acc = kd.zeros([tm, tn], dtype=torch.float32)
+            for tk in kd.tile(0, tm.end):
+                acc = acc + y[tk, tn].float().sum(0)
+            out[tm, tn] = acc
+    return out
+
+
+@pytest.mark.parametrize("blocks", [[8, 16, 16], [4, 8, 16], [8, 1, 1], [8, 64, 8]], ids=str)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loop_bounded_by_an_enclosing_loop(backend: str, blocks: list[int]) -> None:
+    y = torch.randn(37, 8)
+    got = _run(nested_causal_prefix, backend, (y,), blocks)
+    torch.testing.assert_close(got, causal_prefix_ref(y, min(blocks[1], 37)), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_cost_model_counts_nested_loops_by_their_visits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inner loop bounded by an enclosing loop's index: 1 + 2 + 3 + 4 key blocks of 16 for
+    the four row blocks, not 4 x 4 (each at its static most)."""
+    from kernel_dsl.autotune import cost_model
+    from kernel_dsl.config import block_values
+    from kernel_dsl.lowering.pallas.plan import plan_for
+    from kernel_dsl.lowering.pallas.targets import TARGETS
+
+    ir = nested_causal_prefix.ir(torch.randn(64, 8))
+    tm, tk = [t for t in ir.tiles if t.kind == "loop"]
+    for blocks, runs in (([8, 16, 16], 10), ([8, 16, 8], 20), ([8, 64, 16], 4)):
+        bv = block_values(ir, kd.Config(blocks))
+        assert tile_bounds.mean_body_runs([tm, tk], ir.grid, bv) == runs
+        assert tile_bounds.mean_body_runs([tm], ir.grid, bv) == 64 // blocks[1]
+    # the cost model's walk: the inner body's VPU work counts 10 runs, not 16
+    plan = plan_for(ir, kd.Config([8, 16, 16]))
+    real = cost_model._op_cost(ir, plan, TARGETS["tpu-v5e"])[3]
+    counted = tile_bounds.mean_body_runs
+
+    def vpu_with_inner_runs(n: float) -> float:
+        def fake(chain, grid, blocks):  # noqa: ANN001, ANN202
+            return n if len(chain) == 2 else counted(chain, grid, blocks)
+        monkeypatch.setattr(tile_bounds, "mean_body_runs", fake)
+        return cost_model._op_cost(ir, plan, TARGETS["tpu-v5e"])[3]
+
+    outer, static_most = vpu_with_inner_runs(0), vpu_with_inner_runs(16)
+    assert (real - outer) / (static_most - outer) == pytest.approx(10 / 16)
+
+
 def test_real_tpu_compiler_accepts_a_causal_loop() -> None:
     rep = causal_prefix.check(torch.randn(512, 256), targets=["tpu-v5e", "tpu-v6e"],
                               config=kd.Config([128, 128]))
