@@ -171,7 +171,8 @@ def _job(kernel: Any, args: tuple[Any, ...], ir: Any, target: str, cfg: Any) -> 
     return Job(gen, [(p.shape, p.dtype) for p in ir.inputs], ir.loc)
 
 
-def reverify(target: str, name: str, log: Any, timeout: float = 600.0) -> str:
+def reverify(target: str, name: str, log: Any, timeout: float = 600.0,
+             shapes: set[tuple[int, ...]] | None = None) -> str:
     """Re-verifies the shipped configs of kernel `name` after an edit that keeps its block
     structure (an input or output added, a changed body), without re-tuning. For each of
     `problems()` of that kernel, the shipped entry of the same first input shape and
@@ -197,6 +198,8 @@ def reverify(target: str, name: str, log: Any, timeout: float = 600.0) -> str:
     for kname, args in problems():
         if kname != name:
             continue
+        if shapes is not None and tuple(args[0].shape[:2]) not in shapes:
+            continue  # --attention-shape: only these [B*Hkv, S]
         ir = kernel.ir(*args)
         e = old.get((json.dumps(list(ir.inputs[0].shape)), dynamic_loops(ir)))
         if e is not None:
@@ -281,13 +284,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="re-verify KERNEL's shipped configs after an edit that keeps its blocks "
                          "(compile, CPU check, model; the entries take the new arguments' key)")
     ap.add_argument("--attention-shape", action="append", metavar="BH,S",
-                    help="tune only the attention problems of this [B*Hkv, S] (repeatable)")
+                    help="tune (or --reverify) only the attention problems of this [B*Hkv, S] "
+                         "(repeatable)")
     a = ap.parse_args(argv)
     shapes = ({tuple(int(v) for v in x.split(",")) for x in a.attention_shape}
               if a.attention_shape else None)
     if a.reverify:
         for target in a.target or SHIPPED_TARGETS:
-            print(reverify(target, a.reverify, lambda msg: print(msg, file=sys.stderr, flush=True)))
+            print(reverify(target, a.reverify, lambda msg: print(msg, file=sys.stderr, flush=True),
+                           shapes=shapes))
         return 0
     if a.refresh_vmem:
         for target in a.target or SHIPPED_TARGETS:

@@ -244,4 +244,13 @@ def plan_for(ir: KernelIR, config: object) -> Plan:
     blocks = block_values(ir, config)
     if mode == "grid" and not grid_mode_possible(ir, blocks):
         mode = "inner"
+    if mode == "grid" and all(runs_once(op.attrs["tile"], blocks)
+                              for op in ir.body.ops if op.kind == "loop"):
+        mode = "inner"  # one block per loop: the body runs inline, no grid phase or scratch
     return make_plan(ir, blocks, mode)
+
+
+def runs_once(t: TileVar, blocks: dict[int, int]) -> bool:
+    """A loop of one static block: rendered inline (render.py `inner_loop`), so a kernel whose
+    loops all run once has a straight-line grid step, no `pl.when` or loop region."""
+    return not t.dynamic and num_blocks(t, blocks) == 1

@@ -10,7 +10,7 @@ from .. import Generated
 from . import bounds, dyn_lane, gather, onehot, tpu_shapes
 from .call import Scratch, pallas_call, twins_of
 from .grid_steps import init_outputs, write_grid_phases
-from .plan import SMEM_MAX_ELEMS, Plan, covers, plan_for
+from .plan import SMEM_MAX_ELEMS, Plan, covers, plan_for, runs_once
 from .syntax import JNP, lit, tup
 from .targets import tpu_target
 
@@ -412,14 +412,24 @@ class _KernelWriter:
             self.op(op)
 
     def inner_loop(self, op: Op) -> None:
-        """A sequential loop as `lax.fori_loop` over a resident block."""
+        """A sequential loop as `lax.fori_loop` over a resident block; a loop of one static
+        block inline (plan.runs_once): a fori_loop is a region the scheduler does not overlap
+        with the code around it."""
         body = op.body
         assert body is not None
         t: TileVar = op.attrs["tile"]
         it = f"i_{t!r}"
         self.tile_index[t.id] = it
-        fn = f"loop_{t!r}"
         em = self.em
+        if runs_once(t, self.plan.blocks):
+            em.line(f"{it} = 0  # one block: the loop body once, inline", op)
+            for a, init in zip(body.args, op.operands):
+                self.names[a.id] = self.n(init)
+            self.ops(body.ops)
+            for r, y in zip(op.results, body.yields):
+                self.names[r.id] = self.n(y)
+            return
+        fn = f"loop_{t!r}"
         em.line(f"def {fn}({it}, carry):", op)
         em.indent += 1
         args = [f"v{a.id}" for a in body.args]
