@@ -2,6 +2,9 @@
 
     python benchmarks/library_tpu.py                 # writes benchmarks/library_tpu.md
     python benchmarks/library_tpu.py --quick         # one attention shape, one matmul, 2 targets
+    python benchmarks/library_tpu.py --theirs-vmem-only --json J   # compile JAX's side only
+    python benchmarks/library_tpu.py --no-vmem --theirs-vmem-from J  # reuse it (after a model
+                                                     # or config change: seconds)
 
 What is compared (bf16, head dim 128):
 - our `flash_attention` forward (`flash_attention_fwd`) and backward (`flash_attention_bwd_dq`,
@@ -49,6 +52,7 @@ from jax_tpu_kernels import BLOCKS, GUIDE_MM, D, their_attention, their_matmul  
 from pallas_call_model import capture, hbm_bytes  # noqa: E402
 
 from kernel_dsl.kernels import KERNELS  # noqa: E402
+from kernel_dsl.kernels.attention_bwd import dkv_skips  # noqa: E402
 from kernel_dsl.lowering.pallas.targets import TARGETS, TpuTarget, tpu_target  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,14 +65,18 @@ MM_SHAPES = [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 4096, 14336)]
 E, BF, I32 = torch.empty, torch.bfloat16, torch.int32
 
 
-def our_attention_args(b: int, h: int, s: int, causal: bool) -> dict[str, tuple[Any, ...]]:
-    """The DSL kernels `flash_attention` runs for [b, h, s, D] bf16 (MHA: rows = s)."""
+def our_attention_args(b: int, h: int, s: int, causal: bool,
+                       target: str) -> dict[str, tuple[Any, ...]]:
+    """The DSL kernels `flash_attention` runs for [b, h, s, D] bf16 (MHA: rows = s) on
+    `target`: causal, they skip blocks (issue 13), dK/dV only where its resident query rows
+    fit the chip (`dkv_skips`: not on v4 past 2048 rows), as the library decides."""
     q, st = E(b * h, s, D, dtype=BF), E(b * h, s, 1)
     qpos = E(s, 1, dtype=I32) if causal else E(1, 1, dtype=I32)
-    sc = (D ** -0.5, causal, 0, s, causal)  # causal: the library skips blocks (issue 13)
-    return {"flash_attention_fwd": (q, q, q, qpos, *sc),
-            "flash_attention_bwd_dq": (q, q, q, q, q, st, qpos, *sc),
-            "flash_attention_bwd_dkv": (q, q, q, q, st, st, qpos, *sc)}
+    sc = (D ** -0.5, causal, 0, s)
+    dkv_skip = causal and dkv_skips(s, D, 2, "tpu", target)
+    return {"flash_attention_fwd": (q, q, q, qpos, *sc, causal),
+            "flash_attention_bwd_dq": (q, q, q, q, q, st, qpos, *sc, causal),
+            "flash_attention_bwd_dkv": (q, q, q, q, st, st, qpos, *sc, dkv_skip)}
 
 
 def our_matmul_args(m: int, k: int, n: int) -> tuple[Any, ...]:
@@ -127,7 +135,10 @@ def _from_shipped(figures: list[tuple[int | None] | None]) -> dict[str, Any]:
 
 # -- the run and its report ------------------------------------------------------------------------
 def run(targets: list[str], attn_shapes: list[tuple[int, int, int]],
-        mm_shapes: list[tuple[int, int, int]], vmem: bool, log: Callable[[str], None]) -> dict[str, Any]:
+        mm_shapes: list[tuple[int, int, int]], vmem: str | None,
+        log: Callable[[str], None]) -> dict[str, Any]:
+    """`vmem`: "all" (compile both sides), "theirs" (JAX's kernels; ours from the shipped
+    entries) or None (no compile)."""
     rows: list[dict[str, Any]] = []
     ours_vmem_jobs: list[tuple[str, tuple[Any, ...], str]] = []
     their_jobs: list[dict[str, Any]] = []
@@ -137,7 +148,7 @@ def run(targets: list[str], attn_shapes: list[tuple[int, int, int]],
         assert tgt is not None
         for (b, h, s) in attn_shapes:
             for causal in (False, True):
-                args = our_attention_args(b, h, s, causal)
+                args = our_attention_args(b, h, s, causal, tname)
                 mine = {n: ours(n, a, tgt) for n, a in args.items()}
                 for m in mine.values():
                     worst_sim = max(worst_sim, abs(m["sim_bytes"] - m["hbm_bytes"]) / m["hbm_bytes"])
@@ -179,16 +190,19 @@ def run(targets: list[str], attn_shapes: list[tuple[int, int, int]],
             log(f"{tname} matmul {m}x{k}x{n}: ours {mine1['seconds'] * 1e6:.0f} us, guide "
                 f"{th['seconds'] * 1e6:.0f} us")
     if vmem:
-        log(f"measuring VMEM: {len(ours_vmem_jobs)} of our kernels, {len(their_jobs)} of theirs")
-        mine_v = our_vmem(ours_vmem_jobs, 600.0)
-        theirs_v = their_vmem(their_jobs, 600.0)
+        mine = vmem == "all"
+        log(f"measuring VMEM: {len(ours_vmem_jobs) if mine else 0} of our kernels, "
+            f"{len(their_jobs)} of theirs")
+        theirs_v = their_vmem(their_jobs, 600.0)  # first: a failure of ours keeps these
+        mine_v = our_vmem(ours_vmem_jobs, 600.0) if mine else None
         for row in rows:
-            got = [mine_v[i] for i in row["ours_vmem_jobs"]]
-            if not all(ok for ok, _ in got):
-                raise RuntimeError(f"our kernels failed to compile for {row}")  # a bug: loud
-            figures = [v for _, v in got if v is not None]  # None: any limit compiles
-            row["ours_vmem"] = max(figures) if figures else None
-            row["ours_vmem_from"] = "compiled"
+            if mine_v is not None:
+                got = [mine_v[i] for i in row["ours_vmem_jobs"]]
+                if not all(ok for ok, _ in got):
+                    raise RuntimeError(f"our kernels failed to compile for {row}")  # a bug: loud
+                figures = [v for _, v in got if v is not None]  # None: any limit compiles
+                row["ours_vmem"] = max(figures) if figures else None
+                row["ours_vmem_from"] = "compiled"
             for key in ("default", "maxtext", "guide"):
                 if f"{key}_vmem_job" in row:
                     row[f"{key}_vmem"] = theirs_v.get(row[f"{key}_vmem_job"])
@@ -197,6 +211,15 @@ def run(targets: list[str], attn_shapes: list[tuple[int, int, int]],
         for key in ("default", "maxtext", "guide"):
             row.pop(f"{key}_vmem_job", None)
     return {"rows": rows, "model_vs_simulation_max_rel_diff": worst_sim}
+
+
+def _libtpu() -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _us(x: float | None) -> str:
@@ -208,18 +231,47 @@ def _mib(x: int | None) -> str:
 
 
 def _vmem_note(res: dict[str, Any], command: str) -> str:
-    if "--no-vmem" not in command:
+    if "--no-vmem" not in command and "--theirs-vmem-only" not in command:
         return "Every figure compiled in this run (compiled_vmem.py)."
     rows = res["rows"]
     shipped = sum(1 for r in rows if r.get("ours_vmem_from") == "shipped")
-    return (f"This run compiled nothing: VMEM ours ({shipped} of {len(rows)} rows) is the figure libtpu "
-            "measured when the shipped config was tuned (`vmem_used` in kernels/configs/<target>.json, "
-            "libtpu of its `libtpu` field; backward: the largest of its kernels), given where every "
-            "kernel of the row runs the exact entry of its shapes; '-' where one runs a "
-            "nearest-shape entry (no entry at those shapes: the figure would be another shape's). "
-            "JAX's columns need their own compiles (compiled_vmem.py: a bisection over "
-            "vmem_limit_bytes per kernel, libtpu one process at a time), which this run skipped; "
-            "`python benchmarks/library_tpu.py` compiles every row.")
+    ours = (f"VMEM ours ({shipped} of {len(rows)} rows) is the figure libtpu measured when the "
+            "shipped config was tuned (`vmem_used` in kernels/configs/<target>.json, libtpu of its "
+            "`libtpu` field; backward: the largest of its kernels), given where every kernel of "
+            "the row runs the exact entry of its shapes; '-' where one runs a nearest-shape entry "
+            "(no entry at those shapes: the figure would be another shape's). ")
+    if "--theirs-vmem-only" in command:
+        return ("JAX's columns were compiled in this run (compiled_vmem.py: a bisection over "
+                "vmem_limit_bytes per kernel). " + ours)
+    return ("This run compiled nothing: " + ours
+            + (f"JAX's columns are those of an earlier run ({res['theirs_vmem_from']}, "
+               f"libtpu {res.get('theirs_libtpu', '?')}): their kernels' VMEM does not depend on "
+               "kernel_dsl, only on JAX and libtpu, and each needs its own bisection over "
+               "vmem_limit_bytes (compiled_vmem.py). "
+               if res.get("theirs_vmem_from") else
+               "JAX's columns need their own compiles (compiled_vmem.py: a bisection over "
+               "vmem_limit_bytes per kernel, libtpu one process at a time), which this run "
+               "skipped; ")
+            + "`python benchmarks/library_tpu.py` compiles every row.")
+
+
+THEIRS = ("default", "maxtext", "guide")
+
+
+def reuse_their_vmem(res: dict[str, Any], path: str) -> None:
+    """Fill JAX's VMEM columns from an earlier full run's JSON (same rows: target, op, pass,
+    shape, causal); ours stay this run's."""
+    with open(path) as f:
+        old = json.load(f)
+    key = ("target", "op", "pass", "shape", "causal")
+    theirs = {tuple(r[k] for k in key): r for r in old["rows"]}
+    for row in res["rows"]:
+        prev = theirs.get(tuple(row[k] for k in key), {})
+        for blocks in THEIRS:
+            if f"{blocks}_s" in row:
+                row[f"{blocks}_vmem"] = prev.get(f"{blocks}_vmem")
+    res["theirs_vmem_from"] = os.path.relpath(path, os.path.join(HERE, ".."))
+    res["theirs_libtpu"] = old.get("libtpu")
 
 
 def report(res: dict[str, Any], command: str) -> str:
@@ -301,15 +353,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-vmem", action="store_true", help="skip the compiler's VMEM measurement")
     ap.add_argument("--out", default=os.path.join(HERE, "library_tpu.md"))
     ap.add_argument("--json", help="also write every figure to this JSON file")
+    ap.add_argument("--theirs-vmem-from", metavar="JSON",
+                    help="with --no-vmem: JAX's VMEM columns from an earlier run's --json")
+    ap.add_argument("--theirs-vmem-only", action="store_true",
+                    help="compile JAX's kernels only (ours from the shipped entries)")
     a = ap.parse_args(argv)
     # the library's configs only: shipped ones, not whatever this machine's autotuning cache holds
     os.environ["KD_CACHE_DIR"] = tempfile.mkdtemp(prefix="kd-bench-")
     targets = ["tpu-v5e", "tpu-v6e"] if a.quick else a.targets
     attn = ATTN_SHAPES[1:2] if a.quick else ATTN_SHAPES
     mm = MM_SHAPES[1:2] if a.quick else MM_SHAPES
-    res = run(targets, attn, mm, not a.no_vmem, lambda msg: print(msg, file=sys.stderr, flush=True))
+    vmem = None if a.no_vmem else "theirs" if a.theirs_vmem_only else "all"
+    res = run(targets, attn, mm, vmem, lambda msg: print(msg, file=sys.stderr, flush=True))
+    res["libtpu"] = _libtpu()
+    if a.no_vmem and a.theirs_vmem_from:
+        reuse_their_vmem(res, a.theirs_vmem_from)
     command = "python benchmarks/library_tpu.py" + (" --quick" if a.quick else "") + \
-        (" --no-vmem" if a.no_vmem else "")
+        (" --no-vmem" if a.no_vmem else "") + \
+        (" --theirs-vmem-only" if vmem == "theirs" else "") + \
+        (f" --theirs-vmem-from {res['theirs_vmem_from']}" if res.get("theirs_vmem_from") else "")
     with open(a.out, "w") as f:
         f.write(report(res, command))
     if a.json:

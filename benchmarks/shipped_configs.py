@@ -1,6 +1,7 @@
 """Every library kernel's shipped TPU config, per target: modelled time, % of peak, compiler VMEM.
 
     python benchmarks/shipped_configs.py [--json benchmarks/results/shipped_configs.json]
+    python benchmarks/shipped_configs.py --drift   # + how far each is from the model's best now
 
 Reads `kernels/configs/<target>.json` (written by `python -m kernel_dsl.kernels.tune`: the
 offline autotuner's winners) and re-scores each winner with the current cost model: modelled
@@ -9,6 +10,11 @@ Modelled, not measured; seconds. The VMEM column is the figure stored with each 
 libtpu's compile-only target needs (the smallest vmem_limit_bytes it accepts), measured by the
 tuner and re-measured without re-tuning by `python -m kernel_dsl.kernels.tune --refresh-vmem`,
 which also fails if a shipped config no longer compiles.
+
+`--drift` (minutes: every config of the project's space priced) also finds, per entry, the
+config the current model ranks first among those the autotuner would try (lowering/pallas/
+space.py, VMEM-pruned as it prunes), without compiling it: after a cost-model change, the
+entries whose winner moved are the ones to re-tune (`python -m kernel_dsl.kernels.tune`).
 """
 from __future__ import annotations
 
@@ -52,12 +58,56 @@ def rows() -> list[dict[str, Any]]:
     return out
 
 
+def model_best(name: str, entry: dict[str, Any], target: str) -> tuple[float, Any]:
+    """(modelled seconds, config) of the current model's first pick for an entry's problem in
+    the autotuner's VMEM-pruned space (no compile)."""
+    from kernel_dsl.errors import KernelError
+    from kernel_dsl.lowering.pallas import BACKEND
+    from kernel_dsl.lowering.pallas.space import config_space
+    from kernel_dsl.lowering.pallas.vmem import fits_vmem
+
+    kernel, tgt = KERNELS[name], tpu_target(target)
+    ir = kernel.ir(*entry_args(kernel, entry))
+    best: tuple[float, Any] = (float("inf"), None)
+    for cfg in config_space(ir, target):
+        try:
+            if not fits_vmem(BACKEND.estimate_vmem(BACKEND.render(ir, cfg, target)), tgt):
+                continue
+        except KernelError:  # a config the kernel refuses at these shapes
+            continue
+        t = cost_model.estimate(ir, cfg, tgt).seconds
+        if t < best[0]:
+            best = (t, cfg)
+    return best
+
+
+def drift(rs: list[dict[str, Any]]) -> None:
+    """Adds `model_best` (config, us) and `vs_best` (shipped / best modelled time) per row."""
+    for r in rs:
+        entry = {"kernel": r["kernel"], "shapes": r["shapes"], "dtypes": r["dtypes"],
+                 "scalars": r["scalars"]}
+        t, cfg = model_best(r["kernel"], entry, r["target"])
+        r["model_best"] = {"config": json.loads(cfg.to_json()), "model_us": round(t * 1e6, 1)}
+        r["vs_best"] = round(r["model_us"] / (t * 1e6), 3)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
                                                    "shipped_configs.json"))
+    ap.add_argument("--drift", action="store_true",
+                    help="also the current model's best config per entry (minutes)")
     ns = ap.parse_args()
-    data = {"command": "python benchmarks/shipped_configs.py", "rows": rows()}
+    rs = rows()
+    if ns.drift:
+        drift(rs)
+        moved = sorted((r for r in rs if r["vs_best"] > 1.02), key=lambda r: -r["vs_best"])
+        for r in moved:
+            print(f"{r['vs_best']:.3f} {r['target']} {r['kernel']} {r['shapes'][0]} "
+                  f"{r['config']} -> {r['model_best']['config']}")
+        print(f"{len(rs) - len(moved)} of {len(rs)} entries within 2% of the model's best")
+    data = {"command": "python benchmarks/shipped_configs.py" + (" --drift" if ns.drift else ""),
+            "rows": rs}
     with open(ns.json, "w") as f:
         json.dump(data, f, indent=1)
     print(f"{len(data['rows'])} rows -> {ns.json}")

@@ -2,6 +2,7 @@
 
     pip install tokamax==0.0.12      # benchmark-only; not a dependency of kernel_dsl
     python benchmarks/tokamax_schedule.py [--chip v7x] [--json benchmarks/results/tokamax_schedule.json]
+    python benchmarks/tokamax_schedule.py --rescore   # the model's ratios only, after a model change
 
 The published Tokamax flash-attention points where every visited block is diagonal (one kv block
 per q block) measure causal / non-causal at 1.04-1.32 on real chips, where the analytical model
@@ -118,10 +119,21 @@ def main() -> None:
     ap.add_argument("--chip", action="append", choices=sorted(TOPOLOGY))
     ap.add_argument("--json", default=os.path.join(HERE, "results", "tokamax_schedule.json"))
     ap.add_argument("--compile", help=argparse.SUPPRESS)  # the worker mode (one compile)
+    ap.add_argument("--rescore", action="store_true",
+                    help="keep the saved schedules, refresh the model's ratios (after a model "
+                         "change; no Tokamax, no compiles)")
     args = ap.parse_args()
     if args.compile:
         return _compile(json.loads(args.compile))
     model = _model_times()
+    if args.rescore:
+        with open(args.json) as f:
+            saved = json.load(f)
+        for row in saved["rows"]:
+            plain = row["id"][: -len("-causal")]
+            row["model_ratio"] = (model[row["id"]] / model[plain]
+                                  if row["id"] in model and plain in model else None)
+        return _save(args.json, saved["rows"], saved["tokamax"])
     rows = []
     print(f"{'point':58} {'measured':>8} {'model':>6} {'schedule':>8} {'mask region':>12}")
     for causal, plain, shape in _pairs(set(args.chip or TOPOLOGY)):
@@ -148,6 +160,10 @@ def main() -> None:
         mr = "-" if row["model_ratio"] is None else f"{row['model_ratio']:.2f}"
         print(f"{causal['id'].split('/', 1)[1]:58} {row['measured_ratio']:8.2f} {mr:>6} "
               f"{row['schedule_ratio']:8.2f} {100 * row['mask_region_excess']:+11.1f}%", flush=True)
+    _save(args.json, rows, _version())
+
+
+def _save(path: str, rows: list[dict[str, Any]], tokamax: str) -> None:
     sys.path.insert(0, HERE)
     from published_compare import spearman
 
@@ -158,11 +174,11 @@ def main() -> None:
     for key in ("schedule_ratio", "model_ratio"):
         print(f"Spearman, measured vs {key}: " + ", ".join(
             f"{c} {'-' if v[key] is None else f'{v[key]:.2f}'}" for c, v in by_chip.items()))
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"command": "python benchmarks/tokamax_schedule.py", "tokamax": _version(),
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"command": "python benchmarks/tokamax_schedule.py", "tokamax": tokamax,
                    "spearman_by_chip": by_chip, "rows": rows}, f, indent=1)
-    print(f"wrote {args.json}")
+    print(f"wrote {path}")
 
 
 def _version() -> str:

@@ -59,3 +59,17 @@ def test_their_causal_attention_skips_the_blocks_above_the_diagonal() -> None:
     causal = their_attention(2, 4, 2048, True, "maxtext", tgt, False)["seconds"]
     # 512 blocks over 2048: 10 of 16 block pairs run (plus the mask's extra vector work)
     assert 0.6 < causal / full < 0.8
+
+
+def test_library_benchmark_runs_the_kernels_the_library_runs() -> None:
+    """benchmarks/library_tpu.py prices (and compiles) the DSL kernels with the arguments the
+    library passes: causal dK/dV skips query blocks only where its resident rows fit the chip
+    (`dkv_skips`), so not on v4 at S=8192, where the skipping form needs ~30 of 16 MiB."""
+    from library_tpu import our_attention_args
+
+    for target, dkv in (("tpu-v4", False), ("tpu-v6e", True)):
+        args = our_attention_args(2, 32, 8192, True, target)
+        assert args["flash_attention_fwd"][-1] is True
+        assert args["flash_attention_bwd_dq"][-1] is True
+        assert args["flash_attention_bwd_dkv"][-1] is dkv
+    assert our_attention_args(2, 32, 8192, False, "tpu-v4")["flash_attention_bwd_dkv"][-1] is False
