@@ -170,7 +170,8 @@ def section_offline(data: Any, pub: Any = None) -> list[str]:
            "Every attention, softmax and layer_norm row was re-tuned at stop 31 in the same "
            "widened space with the current calibration: `KD_CACHE_DIR=<empty dir> python "
            "benchmarks/offline_tpu.py --budget 150 --top-k 2 --timeout 300 --only \"flash "
-           "attention\" --only softmax --only layer_norm`.", ""]
+           "attention\" --only softmax --only layer_norm`. At stop 32 every row was re-scored "
+           "under the refitted model (`--rescore`; the straight-line rule, §8), not re-tuned.", ""]
     if data is None:
         return out + ["(no results saved)", ""]
     out += ["The model column: which model made a row's time and % of peak, and that model's "
@@ -203,15 +204,18 @@ def section_offline(data: Any, pub: Any = None) -> list[str]:
             "Both sides priced by the calibrated model (issue 17): ours by `cost_model.estimate`, "
             "JAX's captured pallas_calls by the same `cost_model.pipeline_time` "
             "(benchmarks/pallas_call_model.py), with JAX's causal block skipping as the share of "
-            "grid steps that run. Regenerated with `python benchmarks/library_tpu.py --no-vmem`: "
-            "VMEM ours is then libtpu's figure stored with each shipped entry (measured when it "
-            "was tuned) where every kernel of the row runs the exact entry of its shapes, '-' "
-            "where one runs a nearest-shape entry; JAX's VMEM columns stay '-': JAX ships no "
-            "figure, and measuring one is compiled_vmem.py's bisection over vmem_limit_bytes "
-            "(several libtpu compiles per kernel, 135 kernels over the five targets, one libtpu "
-            "process at a time by its lock file), which this session's machine time went to "
-            "re-tuning instead; `python benchmarks/library_tpu.py` compiles every row. Read the "
-            "JAX-default column "
+            "grid steps that run. VMEM: JAX's columns were compiled at stop 32 (`python "
+            "benchmarks/library_tpu.py --theirs-vmem-only --json "
+            "benchmarks/results/library_tpu_theirs_vmem.json`: compiled_vmem.py's bisection over "
+            "vmem_limit_bytes, 135 kernels over the five targets, 25 minutes on 2 cores; JAX "
+            "ships no figure) and are reused by `python benchmarks/library_tpu.py --no-vmem "
+            "--theirs-vmem-from benchmarks/results/library_tpu_theirs_vmem.json` (seconds: their "
+            "VMEM does not depend on kernel_dsl); ours is libtpu's figure stored with each "
+            "shipped entry (measured when it was tuned) where every kernel of the row runs the "
+            "exact entry of its shapes, '-' where one runs a nearest-shape entry. Our configs "
+            "take a median 6x the VMEM of JAX's MaxText / guide configs (0.4-27x over the 64 "
+            "rows with both figures, stop 32): the autotuner buys speed with blocks up to 4096 "
+            "wide, inside each chip's VMEM with 20% headroom. Read the JAX-default column "
             "with care: at 128-blocks its grid has 16x the steps, so the fitted per-step and "
             "per-DMA overheads (fitted on Tokamax's 512-4096 blocks) dominate it, an "
             "extrapolation no published point checks. JAX's kernel also keeps its softmax max "
@@ -220,6 +224,19 @@ def section_offline(data: Any, pub: Any = None) -> list[str]:
             "as EUP work: +50% per score element at 512-wide key blocks.", "",
             lib if lib else "(benchmarks/library_tpu.md not generated yet)"]
     return out + [""]
+
+
+def _drift_note() -> str:
+    """How far the shipped entries sit from the current model's first pick (shipped_drift.json)."""
+    d = _load("shipped_drift.json")
+    if not d:
+        return ""
+    moved = ", ".join(f"{m['target']} {m['kernel']} {m['shapes'][0]} ({m['vs_best']:.3f})"
+                      for m in d["moved"])
+    return (f"`python benchmarks/shipped_configs.py --drift` (minutes, no compile): "
+            f"{d['within_2pct']} of {d['entries']} entries model within 2% of the model's first "
+            "pick in the autotuner's VMEM-pruned space" + (f"; the others: {moved}." if moved
+                                                            else "."))
 
 
 def _first_call_summary(rows: list[dict[str, Any]], tpu: str, target: str) -> list[str]:
@@ -266,7 +283,15 @@ def section_shipped(data: Any, pub: Any = None) -> list[str]:
            "entry (`--no-causal`, stops 29-30); every block-skipping causal entry (`--causal-only`: "
            "v5e, v6e and TPU7x forward and dK/dV at stop 28 with `--budget 240 --top-k 1`, the "
            "forward and dK/dV at B*H=64 S=8192 on every target at stop 30, the other v4 and v5p "
-           "forward and dK/dV entries and every causal dQ at stop 31). v4 ships no causal dK/dV "
+           "forward and dK/dV entries and every causal dQ at stop 31). At stop 32 the model's "
+           "straight-line rule (§8) and its refit moved winners; 61 entries were re-tuned the same "
+           "way: "
+           "every non-causal forward, dQ and dK/dV at S=512 (`--no-causal --attention-shape "
+           "8,512 --attention-shape 64,512`, every target), those at S=2048 whose winner moved, "
+           "matmul 1024^3 (`--first-shape 1,1024,1024`), column_sum on v5p and TPU7x, "
+           "rms_norm_bwd_dw on v5e and v6e, layer_norm_bwd_dwb on TPU7x; most now pick one "
+           "block along the key or reduction loop, which renders inline. "
+           + _drift_note() + " v4 ships no causal dK/dV "
            "at S=8192: the autotuner prunes every config there (each one's VMEM estimate passes "
            "80% of v4's 16 MiB), so the library takes the nearest entry that fits "
            "(kernels/tuned.py) or the default config. Re-tuned entries can model slower than "

@@ -275,7 +275,7 @@ def _published_consequence(data: dict[str, Any], win: Any) -> list[str]:
 def _published_checked(data: dict[str, Any]) -> list[str]:
     """The test's thresholds (tests/test_cost_model_calibration.py), with today's counts if
     they moved."""
-    stated = {"fit": (94, 101), "held_out": (44, 47)}  # the test's parametrization
+    stated = {"fit": (95, 101), "held_out": (46, 47)}  # the test's parametrization
     now = {}
     for split in stated:
         big = [r["ratio"] for r in data["rows"] if r["split"] == split and r["large"]

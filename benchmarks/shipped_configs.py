@@ -106,6 +106,13 @@ def main() -> None:
             print(f"{r['vs_best']:.3f} {r['target']} {r['kernel']} {r['shapes'][0]} "
                   f"{r['config']} -> {r['model_best']['config']}")
         print(f"{len(rs) - len(moved)} of {len(rs)} entries within 2% of the model's best")
+        with open(os.path.join(os.path.dirname(ns.json), "shipped_drift.json"), "w") as f:
+            json.dump({"command": "python benchmarks/shipped_configs.py --drift",
+                       "entries": len(rs), "within_2pct": len(rs) - len(moved),
+                       "worst": max((r["vs_best"] for r in rs), default=1.0),
+                       "moved": [{k: r[k] for k in ("target", "kernel", "shapes", "config",
+                                                    "model_best", "vs_best")} for r in moved]},
+                      f, indent=1)
     data = {"command": "python benchmarks/shipped_configs.py" + (" --drift" if ns.drift else ""),
             "rows": rs}
     with open(ns.json, "w") as f:

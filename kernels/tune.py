@@ -93,8 +93,11 @@ def problems() -> list[tuple[str, tuple[Any, ...]]]:
 def tune_target(target: str, budget: float, only: set[str] | None, log: Any,
                 causal_only: bool = False, no_causal: bool = False, top_k: int = 4,
                 timeout: float = 120.0, found: Any = None,
-                attention_shapes: set[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
-    """The winners of `target`'s problems; `found(entry)` is called on each as it is found."""
+                attention_shapes: set[tuple[int, int]] | None = None,
+                first_shapes: set[tuple[int, ...]] | None = None) -> list[dict[str, Any]]:
+    """The winners of `target`'s problems; `found(entry)` is called on each as it is found.
+    `attention_shapes` / `first_shapes`: only the problems whose first input is of these
+    [B*Hkv, S] (attention) / these whole shapes (any kernel)."""
     entries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         cache = TuningCache(tmp, version=__version__)
@@ -103,6 +106,8 @@ def tune_target(target: str, budget: float, only: set[str] | None, log: Any,
                 continue
             if attention_shapes is not None and (not name.startswith("flash_attention")
                                                  or tuple(args[0].shape[:2]) not in attention_shapes):
+                continue
+            if first_shapes is not None and tuple(args[0].shape) not in first_shapes:
                 continue
             kernel = KERNELS[name]
             ir = kernel.ir(*args)
@@ -286,7 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attention-shape", action="append", metavar="BH,S",
                     help="tune (or --reverify) only the attention problems of this [B*Hkv, S] "
                          "(repeatable)")
+    ap.add_argument("--first-shape", action="append", metavar="D0,D1,...",
+                    help="tune only the problems whose first input has this shape (repeatable; "
+                         "e.g. 1,1024,1024 for matmul 1024^3)")
     a = ap.parse_args(argv)
+    firsts = ({tuple(int(v) for v in x.split(",")) for x in a.first_shape}
+              if a.first_shape else None)
     shapes = ({tuple(int(v) for v in x.split(",")) for x in a.attention_shape}
               if a.attention_shape else None)
     if a.reverify:
@@ -305,7 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     if shapes is not None and not shapes <= known:
         ap.error(f"--attention-shape {sorted(shapes - known)}: no such attention problem "
                  f"(the tuned [B*Hkv, S] are {sorted(known)})")
-    merge = only is not None or a.causal_only or a.no_causal or shapes is not None
+    firsts_known = {tuple(args[0].shape) for _, args in problems()}
+    if firsts is not None and not firsts <= firsts_known:
+        ap.error(f"--first-shape {sorted(firsts - firsts_known)}: no problem's first input has it")
+    merge = (only is not None or a.causal_only or a.no_causal or shapes is not None
+             or firsts is not None)
     for target in a.target or SHIPPED_TARGETS:
         # merged runs write each winner as it is found: a run cut short (hours at 4096-blocks on
         # a small machine) keeps what it finished; a full run replaces the file at its end
@@ -313,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                               lambda msg: print(msg, file=sys.stderr, flush=True), a.causal_only,
                               a.no_causal, a.top_k, a.timeout,
                               (lambda e, t=target: write(t, [e], a.budget, True)) if merge else None,
-                              shapes)
+                              shapes, firsts)
         print(write(target, entries, a.budget, merge=merge))
     return 0
 
