@@ -329,6 +329,29 @@ def _rerank_by_schedule(ir: KernelIR, target: str, ranked: list[Candidate], rera
     return first + [c for c in priced if c.status not in usable] + rest
 
 
+def model_price(be: Any, ir: KernelIR, cfg: Config, target: str) -> Candidate:
+    """A config as the model-driven tuner sees it before compiling: "failed" if it does not
+    render, "pruned" if its VMEM estimate passes the headroom rule, else "unverified" with its
+    modelled seconds (also benchmarks/shipped_configs.py --drift)."""
+    tgt = tpu_target(target)
+    assert tgt is not None
+    c = Candidate(cfg.to_json(), "unverified")
+    try:
+        gen = be.render(ir, cfg, target)
+    except (ConfigError, BackendError) as e:  # BackendError: a rule of the target's compiler
+        c.status, c.reason = "failed", e.message
+        return c
+    c.vmem_estimate = be.estimate_vmem(gen)
+    if not fits_vmem(c.vmem_estimate, tgt):
+        c.status = "pruned"
+        c.reason = (f"VMEM estimate {c.vmem_estimate / 2**20:.1f} MiB > {1 - PRUNE_HEADROOM:.0%} "
+                    f"of {tgt.vmem_bytes >> 20} MiB")
+        return c
+    est = estimate(ir, cfg, tgt)
+    c.seconds, c.utilization = est.seconds, est.utilization(tgt)
+    return c
+
+
 def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, target: str,
                budget: float, strategy: str, timeout: float, top_k: int, progress: Progress,
                prior: dict[str, Candidate], record: Callable[[list[Candidate]], None],
@@ -339,30 +362,15 @@ def tune_model(kernel: Any, ir: KernelIR, args: tuple[Any, ...], backend: str, t
         return hard - time.monotonic()
 
     be = lowering.get(backend)
-    tgt = tpu_target(target)
-    assert tgt is not None
     space = be.config_space(ir, target)
     default = be.default_config(ir, target)
     res = TuneResult(kernel.name, backend, target, evaluator, None)
     by_cfg: dict[str, Candidate] = {}
 
     def objective(cfg: Config) -> float:
-        c = Candidate(cfg.to_json(), "unverified")
+        c = model_price(be, ir, cfg, target)
         by_cfg[c.config] = c
-        try:
-            gen = be.render(ir, cfg, target)
-        except (ConfigError, BackendError) as e:  # BackendError: a rule of the target's compiler
-            c.status, c.reason = "failed", e.message
-            return math.inf
-        c.vmem_estimate = be.estimate_vmem(gen)
-        if not fits_vmem(c.vmem_estimate, tgt):
-            c.status = "pruned"
-            c.reason = (f"VMEM estimate {c.vmem_estimate / 2**20:.1f} MiB > {1 - PRUNE_HEADROOM:.0%} "
-                        f"of {tgt.vmem_bytes >> 20} MiB")
-            return math.inf
-        est = estimate(ir, cfg, tgt)
-        c.seconds, c.utilization = est.seconds, est.utilization(tgt)
-        return est.seconds
+        return c.seconds if c.status == "unverified" else math.inf
 
     # a model evaluation takes ~1-5 ms: every config of the Pallas space at large shapes (648
     # for matmul and attention, blocks up to 4096) is ranked in a few seconds, within the 30%

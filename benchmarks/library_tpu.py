@@ -134,6 +134,9 @@ def _from_shipped(figures: list[tuple[int | None] | None]) -> dict[str, Any]:
 
 
 # -- the run and its report ------------------------------------------------------------------------
+THEIRS = ("default", "maxtext", "guide")  # JAX's configurations, each with its own columns
+
+
 def run(targets: list[str], attn_shapes: list[tuple[int, int, int]],
         mm_shapes: list[tuple[int, int, int]], vmem: str | None,
         log: Callable[[str], None]) -> dict[str, Any]:
@@ -203,12 +206,12 @@ def run(targets: list[str], attn_shapes: list[tuple[int, int, int]],
                 figures = [v for _, v in got if v is not None]  # None: any limit compiles
                 row["ours_vmem"] = max(figures) if figures else None
                 row["ours_vmem_from"] = "compiled"
-            for key in ("default", "maxtext", "guide"):
+            for key in THEIRS:
                 if f"{key}_vmem_job" in row:
                     row[f"{key}_vmem"] = theirs_v.get(row[f"{key}_vmem_job"])
     for row in rows:
         row.pop("ours_vmem_jobs", None)
-        for key in ("default", "maxtext", "guide"):
+        for key in THEIRS:
             row.pop(f"{key}_vmem_job", None)
     return {"rows": rows, "model_vs_simulation_max_rel_diff": worst_sim}
 
@@ -254,8 +257,6 @@ def _vmem_note(res: dict[str, Any], command: str) -> str:
                "skipped; ")
             + "`python benchmarks/library_tpu.py` compiles every row.")
 
-
-THEIRS = ("default", "maxtext", "guide")
 
 
 def reuse_their_vmem(res: dict[str, Any], path: str) -> None:

@@ -60,25 +60,15 @@ def rows() -> list[dict[str, Any]]:
 
 def model_best(name: str, entry: dict[str, Any], target: str) -> tuple[float, Any]:
     """(modelled seconds, config) of the current model's first pick for an entry's problem in
-    the autotuner's VMEM-pruned space (no compile)."""
-    from kernel_dsl.errors import KernelError
+    the autotuner's space, priced and VMEM-pruned as its model search does (no compile)."""
+    from kernel_dsl.autotune.tuner import model_price
     from kernel_dsl.lowering.pallas import BACKEND
-    from kernel_dsl.lowering.pallas.space import config_space
-    from kernel_dsl.lowering.pallas.vmem import fits_vmem
 
-    kernel, tgt = KERNELS[name], tpu_target(target)
+    kernel = KERNELS[name]
     ir = kernel.ir(*entry_args(kernel, entry))
-    best: tuple[float, Any] = (float("inf"), None)
-    for cfg in config_space(ir, target):
-        try:
-            if not fits_vmem(BACKEND.estimate_vmem(BACKEND.render(ir, cfg, target)), tgt):
-                continue
-        except KernelError:  # a config the kernel refuses at these shapes
-            continue
-        t = cost_model.estimate(ir, cfg, tgt).seconds
-        if t < best[0]:
-            best = (t, cfg)
-    return best
+    priced = [(c.seconds, cfg) for cfg in BACKEND.config_space(ir, target)
+              for c in [model_price(BACKEND, ir, cfg, target)] if c.status == "unverified"]
+    return min(priced, key=lambda p: p[0])
 
 
 def drift(rs: list[dict[str, Any]]) -> None:

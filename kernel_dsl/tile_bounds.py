@@ -260,30 +260,7 @@ def mean_trips(t: TileVar, grid: list[TileVar], blocks: dict[int, int],
                max_points: int = 4096) -> float:
     """Loop `t`'s blocks averaged over the launch grid (the cost model's count of visited
     blocks). Bounds that read a loop's own index count at their static most."""
-    from .config import num_blocks
-
-    if not t.dynamic:
-        return float(num_blocks(t, blocks))
-    used = _tiles_read(t)
-    grid = [g for g in grid if g.id in used]  # the others do not change the trip count
-    counts = [num_blocks(g, blocks) for g in grid]
-    total = points = 0
-    step = 1
-    n = 1
-    for c in counts:
-        n *= c
-    if n > max_points:  # a regular sample of a huge grid
-        step = -(-n // max_points)
-    for flat in range(0, n, step):
-        index, rest = {}, flat
-        for g, c in zip(reversed(grid), reversed(counts)):
-            index[g.id], rest = rest % c, rest // c
-        k = trips(t, index, blocks)
-        if k is None:
-            return float(num_blocks(t, blocks))
-        total += k
-        points += 1
-    return total / max(points, 1)
+    return mean_body_runs([t], grid, blocks, max_points)
 
 
 def bound(x: Any, what: str, loc: SourceLoc | None) -> tuple[int | Value, Range | None]:
