@@ -20,7 +20,9 @@ evenly over its steps,
   grid point, averaged over the grid; nested loops together, so an inner loop bounded by an
   outer loop's tile counts its triangle, not its static most), so causal attention's mask
   (compare and select) counts on the diagonal blocks only, where its second key loop runs,
-  and not on the unmasked blocks below them.
+  and not on the unmasked blocks below them. With the loops as grid phases (loop_mode
+  "grid"), the code before the first loop is rendered outside every `pl.when` and runs at each
+  step of the phase axis (lowering/pallas/grid_steps.py): it counts once per step.
 - MXU and vector work overlap (VLIW slots), except a fraction MXU_VECTOR_SERIAL of the smaller
   of the two (the softmax of a block waits for its QK^T dot, the PV dot for the softmax).
 - Step overhead: pipeline bookkeeping on the scalar core (semaphore waits, index maps, DMA
@@ -234,7 +236,12 @@ def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float,
                 src = op.operands[0] if op.kind == "reduce" else op.results[0]
                 vpu += trips * _elems(src.shape, plan)
 
-    walk(ir.body.ops, 1)
+    top = ir.body.ops
+    first_loop = next((i for i, op in enumerate(top) if op.kind == "loop"), len(top))
+    if plan.phases:  # grid phases: the code before the first loop runs at every step of `k`
+        walk([op for op in top[:first_loop] if op.kind != "store"], plan.loop_steps)
+        top = [op for op in top[:first_loop] if op.kind == "store"] + top[first_loop:]
+    walk(top, 1)
     grid_points = 1
     for t in ir.grid:
         grid_points *= plan.nb(t)

@@ -218,7 +218,10 @@ WHY = (
     "(B*H=8) and 31 us (B*H=64) off both on v6e. In the backward, delta (rowsum(dO·O)) was "
     "such a cost, a bandwidth-bound kernel of its own; dQ now computes it from the dO block it "
     "reads anyway and the O block, and writes it for dK/dV, which runs after dQ (a launch and "
-    "a read of dO fewer, causal or not). Not a model change: the rows are priced by the "
+    "a read of dO fewer, causal or not). dK/dV transposed its key block's K and V in every "
+    "query block's body, so the work grew with the query blocks a causal key block visits "
+    "(a non-causal winner with one query block paid it once); it now transposes them once "
+    "per key block, before its query loops. Not a model change: the rows are priced by the "
     "calibrated model unchanged.")
 
 

@@ -89,6 +89,8 @@ def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d
     for tb, tk in kd.tile([bh, skv]):
         kb = k[tb, tk, :]
         vb = v[tb, tk, :]
+        kt = kb.transpose(-2, -1)  # once per key block, not per query block
+        vt = vb.transpose(-2, -1)
         dk_acc = kd.zeros([tb, tk, d], dtype=F32)
         dv_acc = kd.zeros([tb, tk, dv], dtype=F32)
         for q_begin, q_end, masked in query_spans(tk, rows, seq_q, offset, block_q, skip):
@@ -97,13 +99,13 @@ def flash_attention_bwd_dkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d
                 dob = do[tb, tq, :]
                 lse_b = lse[tb, tq, :]
                 lse_b = torch.where(lse_b == NEG_INF, 0.0, lse_b)
-                s = (qb @ kb.transpose(-2, -1)).to(F32)
+                s = (qb @ kt).to(F32)
                 p = torch.exp(s * scale - lse_b)
                 if causal and masked:
                     visible = tk.index[None, None, :] <= qpos[tq, :][None] + offset
                     p = torch.where(visible, p, 0.0)
                 dv_acc = dv_acc + p.to(do.dtype).transpose(-2, -1) @ dob
-                dp = (dob @ vb.transpose(-2, -1)).to(F32)
+                dp = (dob @ vt).to(F32)
                 ds = p * (dp - delta[tb, tq, :])
                 dk_acc = dk_acc + ds.to(q.dtype).transpose(-2, -1) @ qb
         dk[tb, tk, :] = (dk_acc * scale).to(dk.dtype)
