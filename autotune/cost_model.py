@@ -22,7 +22,9 @@ evenly over its steps,
   (compare and select) counts on the diagonal blocks only, where its second key loop runs,
   and not on the unmasked blocks below them. With the loops as grid phases (loop_mode
   "grid"), the code before the first loop is rendered outside every `pl.when` and runs at each
-  step of the phase axis (lowering/pallas/grid_steps.py): it counts once per step.
+  step of the phase axis (lowering/pallas/grid_steps.py): it counts once per step. A
+  ragged edge's mask (`pad_fill`, where the renderer emits one: the tile has a block with
+  lanes past its end) is PAD_FILL_OPS VPU element-ops on the masked value.
 - MXU and vector work overlap (VLIW slots), except a fraction MXU_VECTOR_SERIAL of the smaller
   of the two (the softmax of a block waits for its QK^T dot, the PV dot for the softmax).
 - Step overhead: pipeline bookkeeping on the scalar core (semaphore waits, index maps, DMA
@@ -78,7 +80,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel_dsl import tile_bounds, tunables
-from kernel_dsl.config import Config
+from kernel_dsl.config import Config, is_ragged
 from kernel_dsl.ir import BINARY_OPS, COMPARE_OPS, DTYPE_BITS, UNARY_OPS, KernelIR, Op, TileVar
 from kernel_dsl.lowering import phases
 from kernel_dsl.lowering.pallas import BACKEND as PALLAS
@@ -142,6 +144,10 @@ CALIBRATION: dict[str, Calibration] = {
 }
 # per grid step with two block DMAs: what other tools quote as the step overhead
 STEP_OVERHEAD_S = _V6E.step_s + 2 * _V6E.dma_issue_s
+
+# VPU element-ops of a rendered ragged-edge mask (lowering/pallas/render.py `pad_fill`); a
+# tile of whole blocks renders none (config.is_ragged)
+PAD_FILL_OPS = 3
 
 # transcendental unary ops (EUP); every other unary, binary, compare, where, cast, reduce: VPU
 EUP_OPS = frozenset({"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin",
@@ -230,6 +236,9 @@ def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float,
                 n = _elems((x.shape[op.attrs["axis"]],), plan)
                 steps = max(1, (n - 1).bit_length())
                 vpu += trips * 3 * steps * len(op.operands) * _elems(x.shape, plan)
+            elif op.kind == "pad_fill" and is_ragged(op.attrs["tile"], plan.blocks):
+                # rendered as where(iota + begin < end, x, fill): an add, a compare, a select
+                vpu += trips * PAD_FILL_OPS * _elems(op.results[0].shape, plan)
             elif op.kind in EUP_OPS:
                 eup += trips * _elems(op.results[0].shape, plan)
             elif op.kind in VPU_OPS:

@@ -7,6 +7,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .ir import BlockSym, KernelIR, TileVar
+from .tile_bounds import residue
 from .tracing import user_loc
 
 
@@ -114,8 +115,16 @@ def num_blocks(t: TileVar, blocks: dict[int, int]) -> int:
 
 
 def is_ragged(t: TileVar, blocks: dict[int, int]) -> bool:
-    """Some block has lanes past the end: always possible when the bounds are device values."""
-    return t.dynamic or t.extent % effective_block(t, blocks) != 0
+    """Some block has lanes past the end. With bounds that are device values, unless `hi - lo`
+    is a multiple of the block at every grid point (tile_bounds.residue): a causal loop split
+    at `x // bk * bk` and ending at a block-aligned row block's end takes whole blocks only."""
+    eb = effective_block(t, blocks)
+    if not t.dynamic:
+        return t.extent % eb != 0
+    if t.hi is None:
+        return True
+    lo, hi = (b if isinstance(b, int) else residue(b, eb, blocks) for b in (t.lo, t.hi))
+    return lo is None or hi is None or (hi - lo) % eb != 0
 
 
 class ConfigSpace:

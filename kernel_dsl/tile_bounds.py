@@ -85,27 +85,46 @@ def multiple_of(v: Value, m: int, blocks: dict[int, int]) -> bool:
     """`v` is a multiple of `m` at every grid point under these block sizes (a loop split at
     `x // bk * bk`: its blocks then start at multiples of the block, so none reaches past the
     axis's last whole block)."""
+    return residue(v, m, blocks) == 0
+
+
+def residue(v: Value, m: int, blocks: dict[int, int]) -> int | None:
+    """`v mod m`, the same at every grid point under these block sizes; None if unknown. Exact
+    through `+ - *`, so a causal row block's end `min(begin + size, n) - 1 + 1` is known to be a
+    multiple of the key block when the row block and `n` are."""
     from .config import effective_block
 
     op = v.op
-    if op is None:
-        return False
+    if op is None or m <= 0:
+        return None
     k = op.kind
     if k == "const":
-        return float(op.attrs["value"]).is_integer() and int(op.attrs["value"]) % m == 0
+        x = float(op.attrs["value"])
+        return int(x) % m if x.is_integer() else None
     if k == "tile_size":
-        return effective_block(op.attrs["tile"], blocks) % m == 0
+        return effective_block(op.attrs["tile"], blocks) % m
     if k == "tile_begin":  # lo + id * block (split_k's `outer_k.begin` with a pinned block)
         t = op.attrs["tile"]
-        lo_ok = multiple_of(t.lo, m, blocks) if isinstance(t.lo, Value) else t.lo % m == 0
-        return lo_ok and (effective_block(t, blocks) % m == 0 or t.extent <= blocks[t.block.index])
-    if k == "mul":
-        return any(multiple_of(x, m, blocks) for x in op.operands)
-    if k in ("add", "sub", "min", "max", "neg", "cast"):
-        return all(multiple_of(x, m, blocks) for x in op.operands)
-    if k == "where":
-        return all(multiple_of(x, m, blocks) for x in op.operands[1:])
-    return False
+        lo = residue(t.lo, m, blocks) if isinstance(t.lo, Value) else t.lo % m
+        whole = effective_block(t, blocks) % m == 0 or t.extent <= blocks[t.block.index]
+        return lo if whole else None
+    rs = [residue(x, m, blocks) for x in op.operands]
+    if k == "where":  # either branch
+        rs = rs[1:]
+        return rs[0] if rs[0] is not None and all(r == rs[0] for r in rs) else None
+    if k == "mul" and 0 in rs:
+        return 0
+    if any(r is None for r in rs):
+        return None
+    if k in ("cast",):
+        return rs[0]
+    if k == "neg":
+        return -rs[0] % m  # type: ignore[operator]
+    if k in ("min", "max"):  # one of its operands
+        return rs[0] if all(r == rs[0] for r in rs) else None
+    if k in ("add", "sub", "mul") and len(rs) == 2:
+        return _PY[k](rs[0], rs[1]) % m
+    return None
 
 
 def _rounded_down(op: Any) -> Any:

@@ -187,6 +187,70 @@ def test_cost_model_counts_only_visited_blocks() -> None:
     assert tile_bounds.mean_trips(tk, ir.grid, blocks) == 2.5
 
 
+
+def _loop_tile(ir):  # noqa: ANN001, ANN202
+    return next(t for t in ir.tiles if t.kind == "loop")
+
+
+@pytest.mark.parametrize(("m", "blocks", "ragged"), [
+    (64, [16, 16], False),  # every row block ends at a multiple of 16: whole key blocks
+    (64, [32, 16], False),
+    (64, [16, 32], True),  # tm.end = 16: half a key block of 32
+    (60, [16, 16], True),  # the last row block ends at 60
+    (64, [1, 1], False),
+])
+def test_a_loop_of_whole_blocks_is_not_ragged(m: int, blocks: list[int], ragged: bool) -> None:
+    """`hi - lo` a multiple of the block at every grid point (tile_bounds.residue) renders no
+    edge mask; the loop then still matches torch on every backend."""
+    from kernel_dsl.config import block_values, is_ragged
+
+    y = torch.randn(m, 8)
+    ir = causal_prefix.ir(y)
+    assert is_ragged(_loop_tile(ir), block_values(ir, kd.Config(blocks))) is ragged
+    src = causal_prefix.source(y, config=kd.Config(blocks))
+    assert ("broadcasted_iota" in src) is ragged, src
+    for backend in BACKENDS:
+        torch.testing.assert_close(_run(causal_prefix, backend, (y,), blocks),
+                                   causal_prefix_ref(y, blocks[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_residue_follows_add_sub_mul_min_max_where() -> None:
+    """A causal row block's key end `min(begin + size, n) - 1 + 1` (the library's key_split)
+    is a multiple of the key block when the row block and n are; a loaded value is unknown."""
+    from kernel_dsl.config import block_values
+
+    ir = causal_prefix.ir(torch.randn(64, 8))
+    hi = _loop_tile(ir).hi
+    for blocks, want in (([16, 16], 0), ([16, 32], None), ([48, 16], 0), ([24, 16], None)):
+        assert tile_bounds.residue(hi, blocks[1], block_values(ir, kd.Config(blocks))) == want
+    assert tile_bounds.residue(hi, 32, block_values(ir, kd.Config([48, 32]))) is None  # 48, 64
+    for m, want in ((64, 0), (60, None)):
+        ir = causal_prefix.ir(torch.randn(m, 8))
+        assert tile_bounds.residue(_loop_tile(ir).hi, 8, block_values(ir, kd.Config([8, 8]))) == want
+
+
+def test_cost_model_counts_edge_masks_only_where_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ragged loop's mask before the sum costs PAD_FILL_OPS VPU element-ops per masked
+    element; a loop of whole blocks renders none and is charged none."""
+    from kernel_dsl.autotune import cost_model
+    from kernel_dsl.lowering.pallas.plan import plan_for
+    from kernel_dsl.lowering.pallas.targets import TARGETS
+
+    ir = causal_prefix.ir(torch.randn(64, 8))
+
+    def masks(blocks: list[int]) -> float:
+        plan = plan_for(ir, kd.Config(blocks))
+        with_masks = cost_model._op_cost(ir, plan, TARGETS["tpu-v6e"])[3]
+        monkeypatch.setattr(cost_model, "PAD_FILL_OPS", 0)
+        without = cost_model._op_cost(ir, plan, TARGETS["tpu-v6e"])[3]
+        monkeypatch.undo()
+        return with_masks - without
+
+    assert masks([16, 16]) == 0
+    # [16, 32]: row blocks end at 16, 32, 48, 64: 1 + 1 + 2 + 2 key blocks of 32 x 8, masked
+    assert masks([16, 32]) == cost_model.PAD_FILL_OPS * (1 + 1 + 2 + 2) * 32 * 8
+
+
 @kd.kernel
 def nested_causal_prefix(y: torch.Tensor):
     """causal_prefix one level down: a grid over columns, a loop over row blocks, and inside it
