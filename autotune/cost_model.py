@@ -80,13 +80,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernel_dsl import tile_bounds, tunables
-from kernel_dsl.config import Config, is_ragged
+from kernel_dsl.config import Config
 from kernel_dsl.ir import BINARY_OPS, COMPARE_OPS, DTYPE_BITS, UNARY_OPS, KernelIR, Op, TileVar
 from kernel_dsl.lowering import phases
 from kernel_dsl.lowering.pallas import BACKEND as PALLAS
 from kernel_dsl.lowering.pallas.gather import gather_entry, lane_form, packed_rows
 from kernel_dsl.lowering.pallas.plan import Plan, plan_for, runs_once
 from kernel_dsl.lowering.pallas.targets import TpuTarget
+from kernel_dsl.tile_bounds import is_ragged
 
 F32_MXU_PASSES = 6  # f32 x f32 at HIGHEST precision: bf16 hi/lo products
 
@@ -146,7 +147,7 @@ CALIBRATION: dict[str, Calibration] = {
 STEP_OVERHEAD_S = _V6E.step_s + 2 * _V6E.dma_issue_s
 
 # VPU element-ops of a rendered ragged-edge mask (lowering/pallas/render.py `pad_fill`); a
-# tile of whole blocks renders none (config.is_ragged)
+# tile of whole blocks renders none (tile_bounds.is_ragged)
 PAD_FILL_OPS = 3
 
 # transcendental unary ops (EUP); every other unary, binary, compare, where, cast, reduce: VPU

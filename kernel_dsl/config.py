@@ -7,7 +7,6 @@ from typing import Any
 
 from .errors import ConfigError
 from .ir import BlockSym, KernelIR, TileVar
-from .tile_bounds import residue
 from .tracing import user_loc
 
 
@@ -112,19 +111,6 @@ def effective_block(t: TileVar, blocks: dict[int, int]) -> int:
 def num_blocks(t: TileVar, blocks: dict[int, int]) -> int:
     b = effective_block(t, blocks)
     return -(-t.extent // b)
-
-
-def is_ragged(t: TileVar, blocks: dict[int, int]) -> bool:
-    """Some block has lanes past the end. With bounds that are device values, unless `hi - lo`
-    is a multiple of the block at every grid point (tile_bounds.residue): a causal loop split
-    at `x // bk * bk` and ending at a block-aligned row block's end takes whole blocks only."""
-    eb = effective_block(t, blocks)
-    if not t.dynamic:
-        return t.extent % eb != 0
-    if t.hi is None:
-        return True
-    lo, hi = (b if isinstance(b, int) else residue(b, eb, blocks) for b in (t.lo, t.hi))
-    return lo is None or hi is None or (hi - lo) % eb != 0
 
 
 class ConfigSpace:

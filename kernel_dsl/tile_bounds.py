@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config import effective_block, num_blocks
 from .errors import KernelSyntaxError, SourceLoc
 from .ir import INT_DTYPES, TileVar, Value
 
@@ -92,8 +93,6 @@ def residue(v: Value, m: int, blocks: dict[int, int]) -> int | None:
     """`v mod m`, the same at every grid point under these block sizes; None if unknown. Exact
     through `+ - *`, so a causal row block's end `min(begin + size, n) - 1 + 1` is known to be a
     multiple of the key block when the row block and `n` are."""
-    from .config import effective_block
-
     op = v.op
     if op is None or m <= 0:
         return None
@@ -150,8 +149,6 @@ _PY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b:
 def evaluate(v: Value, index: dict[int, int], blocks: dict[int, int]) -> int | None:
     """A bound's value at one grid point (`index`: TileVar.id -> block index); None when it
     depends on something else (a loop's own index)."""
-    from .config import effective_block
-
     op = v.op
     if op is None:
         return None
@@ -192,8 +189,6 @@ def evaluate(v: Value, index: dict[int, int], blocks: dict[int, int]) -> int | N
 
 def trips(t: TileVar, index: dict[int, int], blocks: dict[int, int]) -> int | None:
     """How many blocks loop `t` takes at one grid point."""
-    from .config import effective_block, num_blocks
-
     if not t.dynamic:
         return num_blocks(t, blocks)
     lo = t.lo if isinstance(t.lo, int) else evaluate(t.lo, index, blocks)
@@ -226,8 +221,6 @@ def mean_body_runs(chain: list[TileVar], grid: list[TileVar], blocks: dict[int, 
     inside `for tm in kd.tile(m)`) and loop counts that depend on the same grid index do not
     multiply as averages. The grid is sampled so that at most about `budget` loop indices are
     enumerated; past that, a loop counts at its static most, as `mean_trips` does."""
-    from .config import num_blocks
-
     if not any(t.dynamic for t in chain):
         n = 1.0
         for t in chain:
@@ -349,3 +342,16 @@ def reach_through_gather(idx: Value, n: int) -> None:
 def trip_count(t: TileVar, lo: str, hi: str, eb: int) -> str:
     """The trip count expression of a bounded loop, in a backend's own syntax for lo and hi."""
     return f"({hi} - {lo} + {eb - 1}) // {eb}"
+
+
+def is_ragged(t: TileVar, blocks: dict[int, int]) -> bool:
+    """Some block has lanes past the end. With bounds that are device values, unless `hi - lo`
+    is a multiple of the block at every grid point (residue): a causal loop split
+    at `x // bk * bk` and ending at a block-aligned row block's end takes whole blocks only."""
+    eb = effective_block(t, blocks)
+    if not t.dynamic:
+        return t.extent % eb != 0
+    if t.hi is None:
+        return True
+    lo, hi = (b if isinstance(b, int) else residue(b, eb, blocks) for b in (t.lo, t.hi))
+    return lo is None or hi is None or (hi - lo) % eb != 0

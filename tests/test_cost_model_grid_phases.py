@@ -9,7 +9,6 @@ import torch
 import kernel_dsl as kd
 from kernel_dsl import Config
 from kernel_dsl.autotune import cost_model
-from kernel_dsl.lowering.pallas import BACKEND
 from kernel_dsl.lowering.pallas.targets import TARGETS
 
 

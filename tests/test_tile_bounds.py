@@ -202,7 +202,8 @@ def _loop_tile(ir):  # noqa: ANN001, ANN202
 def test_a_loop_of_whole_blocks_is_not_ragged(m: int, blocks: list[int], ragged: bool) -> None:
     """`hi - lo` a multiple of the block at every grid point (tile_bounds.residue) renders no
     edge mask; the loop then still matches torch on every backend."""
-    from kernel_dsl.config import block_values, is_ragged
+    from kernel_dsl.config import block_values
+    from kernel_dsl.tile_bounds import is_ragged
 
     y = torch.randn(m, 8)
     ir = causal_prefix.ir(y)

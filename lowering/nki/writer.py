@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kernel_dsl import tile_bounds
-from kernel_dsl.config import effective_block, is_ragged, num_blocks
+from kernel_dsl.config import effective_block, num_blocks
 from kernel_dsl.errors import ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, Region, TensorParam, TileVar, Value
+from kernel_dsl.tile_bounds import is_ragged
 
 from .affine import Affine, Pred, Scalar, Splat, Virtual, analyze
 from .emitter import Block, Emitter

@@ -1,10 +1,10 @@
 """Renders the tile IR as readable, standalone Pallas source (plan.py decides the layout)."""
 from __future__ import annotations
 
-from kernel_dsl.config import Config, is_ragged
+from kernel_dsl.config import Config
 from kernel_dsl.errors import BackendError, ConfigError, SourceLoc
 from kernel_dsl.ir import Dim, KernelIR, Op, TileVar, Value
-from kernel_dsl.tile_bounds import multiple_of
+from kernel_dsl.tile_bounds import is_ragged, multiple_of
 
 from .. import Generated
 from . import bounds, dyn_lane, gather, onehot, tpu_shapes

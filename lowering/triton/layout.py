@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_dsl.config import effective_block, is_ragged, num_blocks
+from kernel_dsl.config import effective_block, num_blocks
 from kernel_dsl.ir import Dim, KernelIR, TileVar, Value
+from kernel_dsl.tile_bounds import is_ragged
 
 MIN_DOT = 16  # tl.dot's smallest M, N and K
 MAX_NUMEL = 1 << 20  # Triton's limit on the elements of one tensor value

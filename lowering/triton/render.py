@@ -15,10 +15,11 @@ from typing import Any
 import torch
 
 from kernel_dsl import tile_bounds
-from kernel_dsl.config import Config, is_ragged
+from kernel_dsl.config import Config
 from kernel_dsl.dtypes import IR_TO_TORCH
 from kernel_dsl.errors import BackendError, UnsupportedOpError
 from kernel_dsl.ir import Dim, Index, KernelIR, Op, TensorParam, TileVar, Value
+from kernel_dsl.tile_bounds import is_ragged
 
 from .. import Generated
 from . import shapes
