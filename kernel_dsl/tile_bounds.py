@@ -115,7 +115,7 @@ def residue(v: Value, m: int, blocks: dict[int, int]) -> int | None:
         return 0
     if any(r is None for r in rs):
         return None
-    if k in ("cast",):
+    if k == "cast":
         return rs[0]
     if k == "neg":
         return -rs[0] % m  # type: ignore[operator]
