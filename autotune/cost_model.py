@@ -247,10 +247,10 @@ def _op_cost(ir: KernelIR, plan: Plan, target: TpuTarget) -> tuple[float, float,
                 vpu += trips * _elems(src.shape, plan)
 
     top = ir.body.ops
-    first_loop = next((i for i, op in enumerate(top) if op.kind == "loop"), len(top))
     if plan.phases:  # grid phases: the code before the first loop runs at every step of `k`
-        walk([op for op in top[:first_loop] if op.kind != "store"], plan.loop_steps)
-        top = [op for op in top[:first_loop] if op.kind == "store"] + top[first_loop:]
+        first = next(i for i, op in enumerate(top) if op.kind == "loop")
+        walk([op for op in top[:first] if op.kind != "store"], plan.loop_steps)
+        top = [op for op in top[:first] if op.kind == "store"] + top[first:]
     walk(top, 1)
     grid_points = 1
     for t in ir.grid:
